@@ -1,0 +1,124 @@
+"""The accounting identity of the pipeline, per site and UTC hour.
+
+``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``
+
+- ``source_lines``: lines the producers' manifests announce for the hour, summed over every
+  delivered file (a file delivered twice counts twice here, and once more in ``duplicates``).
+- ``pageviews``: page requests stored in ``pageviews`` (see :mod:`bq_platform.lib.pages`).
+- ``non_page_hits``: well-formed requests that are not pages (images, errors, POSTs...):
+  counted, not stored.
+- ``rejected``: lines that cannot be parsed; kept in the dead-letter area with a reason code.
+- ``duplicates``: lines of a file whose content (checksum) was already delivered for the
+  same site and hour (at-least-once delivery).
+- ``out_of_window``: parseable lines whose timestamp is not in the partition's hour; kept in
+  the dead-letter area with reason ``out_of_window``.
+
+The rule comes from DESIGN.md ("Accounting identity"); the audit table stores one
+:class:`SiteHourCounts` per site and hour.
+"""
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteHourCounts:
+    """Line counts of one site in one UTC hour (all values are line counts, >= 0)."""
+
+    site: str
+    hour: dt.datetime
+    source_lines: int = 0
+    pageviews: int = 0
+    non_page_hits: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    out_of_window: int = 0
+    lines_read: int = 0
+    sample_rows: int = 0
+    visitors: int = 0
+    sample_visitors: int = 0
+    files: int = 0
+
+    @property
+    def accounted(self) -> int:
+        """Lines explained by a category: the right-hand side of the identity."""
+        return (
+            self.pageviews
+            + self.non_page_hits
+            + self.rejected
+            + self.duplicates
+            + self.out_of_window
+        )
+
+    @property
+    def balanced(self) -> bool:
+        """True when ``source_lines`` equals the sum of the categories."""
+        return self.source_lines == self.accounted
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict; ``hour`` as ``YYYY-MM-DDTHH:00:00+00:00``."""
+        data = dataclasses.asdict(self)
+        data["hour"] = self.hour.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SiteHourCounts":
+        """Inverse of :meth:`to_json`; unknown keys are ignored (forward compatible)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["hour"] = dt.datetime.fromisoformat(values["hour"]).astimezone(dt.UTC)
+        return cls(**values)
+
+
+AUDIT_COLUMNS: tuple[str, ...] = (
+    "site",
+    "hour",
+    "event_date",
+    "source_lines",
+    "pageviews",
+    "non_page_hits",
+    "rejected",
+    "duplicates",
+    "out_of_window",
+    "sample_rows",
+    "visitors",
+    "sample_visitors",
+    "files",
+    "fingerprint",
+    "run_id",
+)
+
+
+def audit_records(
+    counts: Iterable[SiteHourCounts], fingerprint: str, run_id: str
+) -> list[dict[str, Any]]:
+    """Rows for the ``pageviews_audit`` table, in :data:`AUDIT_COLUMNS` order."""
+    rows = []
+    for c in sorted(counts, key=lambda c: (c.hour, c.site)):
+        rows.append(
+            {
+                "site": c.site,
+                "hour": c.hour,
+                "event_date": c.hour.date(),
+                "source_lines": c.source_lines,
+                "pageviews": c.pageviews,
+                "non_page_hits": c.non_page_hits,
+                "rejected": c.rejected,
+                "duplicates": c.duplicates,
+                "out_of_window": c.out_of_window,
+                "sample_rows": c.sample_rows,
+                "visitors": c.visitors,
+                "sample_visitors": c.sample_visitors,
+                "files": c.files,
+                "fingerprint": fingerprint,
+                "run_id": run_id,
+            }
+        )
+    return rows
+
+
+def unbalanced(counts: Iterable[SiteHourCounts]) -> list[SiteHourCounts]:
+    """The (site, hour) counts for which the identity does not hold."""
+    return [c for c in counts if not c.balanced]

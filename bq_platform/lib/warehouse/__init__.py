@@ -1,0 +1,1 @@
+"""Warehouses: DuckDB (local default) and BigQuery, behind one interface (:mod:`.base`)."""

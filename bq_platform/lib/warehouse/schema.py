@@ -1,0 +1,160 @@
+"""Table specifications shared by every warehouse: names, columns, partitioning, clustering.
+
+Types are BigQuery standard SQL type names; the DuckDB warehouse maps them
+(:data:`bq_platform.lib.warehouse.duckdb.DUCKDB_TYPES`). Schemas are explicit, never
+autodetected. A spec's :meth:`TableSpec.fingerprint` keys the "ensure table" cache, so a table's
+metadata is read or written once per process and schema, not once per partition (BigQuery
+allows about 5 metadata updates per 10 s per table: cloud.google.com/bigquery/quotas#standard_tables).
+"""
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+
+PAGEVIEWS_TABLE = "pageviews"
+PAGEVIEWS_SAMPLE_TABLE = "pageviews_sample"
+AUDIT_TABLE = "pageviews_audit"
+STAGE_TABLE_PREFIX = {"full": "pageviews_stage_", "sample": "pageviews_sample_stage_"}
+STAGE_EXPIRATION_DAYS = 7
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column: BigQuery type name (STRING, INT64, TIMESTAMP, DATE) and mode."""
+
+    name: str
+    type: str
+    mode: str = "NULLABLE"
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """What a table must look like.
+
+    Attributes:
+        name: table name without dataset, e.g. ``pageviews``.
+        columns: the schema, in order.
+        partition_field: DATE column for daily partitioning, or None.
+        clustering: clustering columns, most selective filter first (``site``).
+        require_partition_filter: queries must filter on the partition column.
+        expiration_days: the table deletes itself this many days after creation (stage tables).
+        labels: table labels (BigQuery: <= 64, keys/values <= 63 chars, lowercase).
+        description: shown in the BigQuery console.
+    """
+
+    name: str
+    columns: tuple[Column, ...]
+    partition_field: str | None = None
+    clustering: tuple[str, ...] = ()
+    require_partition_filter: bool = False
+    expiration_days: int | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def fingerprint(self) -> str:
+        """Hex SHA-256 of everything but the description: the "ensure table" cache key."""
+        payload = {
+            "name": self.name,
+            "columns": [(c.name, c.type, c.mode) for c in self.columns],
+            "partition_field": self.partition_field,
+            "clustering": list(self.clustering),
+            "require_partition_filter": self.require_partition_filter,
+            "expiration_days": self.expiration_days,
+            "labels": dict(sorted(self.labels.items())),
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+PAGEVIEW_COLUMNS: tuple[Column, ...] = (
+    Column("event_id", "STRING", "REQUIRED", "Stable ID: hash of the landed file checksum and line number."),
+    Column("event_ts", "TIMESTAMP", "REQUIRED", "Request time, UTC."),
+    Column("event_date", "DATE", "REQUIRED", "UTC date of event_ts; the partition column."),
+    Column("site", "STRING", "REQUIRED", "Publisher key, e.g. epa.gov."),
+    Column("visitor_id", "STRING", "REQUIRED", "Keyed hash (HMAC-SHA256) of the client address."),
+    Column("page_path", "STRING", "REQUIRED", "Requested path without the query string."),
+    Column("query_string", "STRING", "NULLABLE", "Query string without '?', if any."),
+    Column("http_method", "STRING", "REQUIRED", "Request method (GET)."),
+    Column("http_protocol", "STRING", "NULLABLE", "HTTP/1.0 etc.; null for HTTP/0.9-style lines."),
+    Column("status", "INT64", "REQUIRED", "HTTP status code."),
+    Column("response_bytes", "INT64", "NULLABLE", "Response size; null when logged as '-'."),
+    Column("referrer", "STRING", "NULLABLE", "Referer header (Combined Log Format only)."),
+    Column("user_agent", "STRING", "NULLABLE", "User-Agent header (Combined Log Format only)."),
+)
+
+AUDIT_COLUMNS_SPEC: tuple[Column, ...] = (
+    Column("site", "STRING", "REQUIRED"),
+    Column("hour", "TIMESTAMP", "REQUIRED", "UTC hour."),
+    Column("event_date", "DATE", "REQUIRED"),
+    Column("source_lines", "INT64", "REQUIRED", "Lines the producers' manifests announce."),
+    Column("pageviews", "INT64", "REQUIRED"),
+    Column("non_page_hits", "INT64", "REQUIRED"),
+    Column("rejected", "INT64", "REQUIRED"),
+    Column("duplicates", "INT64", "REQUIRED"),
+    Column("out_of_window", "INT64", "REQUIRED"),
+    Column("sample_rows", "INT64", "REQUIRED"),
+    Column("visitors", "INT64", "REQUIRED"),
+    Column("sample_visitors", "INT64", "REQUIRED"),
+    Column("files", "INT64", "REQUIRED"),
+    Column("fingerprint", "STRING", "REQUIRED", "Content fingerprint of the hour's build."),
+    Column("run_id", "STRING", "REQUIRED", "Dagster run (or CLI attempt) that wrote the row."),
+)
+
+_LABELS = {"app": "bq_platform"}
+
+
+def pageviews_spec(require_partition_filter: bool = True) -> TableSpec:
+    """The production ``pageviews`` table: day-partitioned on event_date, clustered by site."""
+    return TableSpec(
+        name=PAGEVIEWS_TABLE,
+        columns=PAGEVIEW_COLUMNS,
+        partition_field="event_date",
+        clustering=("site", "page_path"),
+        require_partition_filter=require_partition_filter,
+        labels=_LABELS,
+        description="Pageviews (AWStats 'pages') per request, one day partition per UTC date.",
+    )
+
+
+def pageviews_sample_spec(require_partition_filter: bool = True) -> TableSpec:
+    """``pageviews_sample``: 1 in 200 visitors, same schema and layout as ``pageviews``."""
+    return dataclasses.replace(
+        pageviews_spec(require_partition_filter),
+        name=PAGEVIEWS_SAMPLE_TABLE,
+        description="0.5% visitor sample of pageviews (1 in 200 visitors, by visitor_id hash).",
+    )
+
+
+def stage_table_name(kind: str, hour: dt.datetime) -> str:
+    """``pageviews_stage_YYYYMMDDHH`` (kind ``full``) or ``pageviews_sample_stage_YYYYMMDDHH``."""
+    return STAGE_TABLE_PREFIX[kind] + hour.strftime("%Y%m%d%H")
+
+
+def stage_spec(kind: str, hour: dt.datetime) -> TableSpec:
+    """One hour's stage table: unpartitioned, expires after :data:`STAGE_EXPIRATION_DAYS`."""
+    return TableSpec(
+        name=stage_table_name(kind, hour),
+        columns=PAGEVIEW_COLUMNS,
+        expiration_days=STAGE_EXPIRATION_DAYS,
+        labels={**_LABELS, "role": "stage"},
+        description=f"Stage table ({kind}) for UTC hour {hour:%Y-%m-%dT%H}; replaced on every load.",
+    )
+
+
+def audit_spec() -> TableSpec:
+    """``pageviews_audit``: one row per site and UTC hour with the accounting counts."""
+    return TableSpec(
+        name=AUDIT_TABLE,
+        columns=AUDIT_COLUMNS_SPEC,
+        partition_field="event_date",
+        clustering=("site",),
+        labels=_LABELS,
+        description="Accounting per site and UTC hour: source_lines = pageviews + "
+        "non_page_hits + rejected + duplicates + out_of_window.",
+    )
