@@ -5,9 +5,10 @@ and look it up:
 
 - not found -> check the budget, submit; a 409 on insert means another run submitted it: adopt;
 - PENDING/RUNNING -> adopt it and wait;
-- DONE, succeeded -> skip, if the destination's publish record names this content (or no
-  record exists yet: a crash between job and record); if the destination has since received
-  other content, the old job no longer describes it -> next generation;
+- DONE, succeeded -> skip, if the destination table still exists and its publish record
+  names this content (or no record exists yet: a crash between job and record); if the table
+  is gone (an expired stage table) or has since received other content, the old job no
+  longer describes it -> next generation;
 - DONE, failed -> next generation.
 
 A job *we* submitted that fails raises :class:`JobFailedError`: resubmitting the same content
@@ -25,7 +26,6 @@ from bq_platform.lib.warehouse.base import (
     Job,
     JobConflictError,
     JobFailedError,
-    JobStatus,
     PublishRecord,
     Warehouse,
     split_decorator,
@@ -54,6 +54,12 @@ class JobOutcome:
     rows: int | None
 
 
+def _generation_of(job_id: str, default: int) -> int:
+    """The generation in a job ID's ``_g<generation>`` suffix (:mod:`bq_platform.lib.jobids`)."""
+    _, sep, tail = job_id.rpartition("_g")
+    return int(tail) if sep and tail.isdigit() else default
+
+
 def run_idempotent_job(
     warehouse: Warehouse,
     make_job: Callable[[int], Job],
@@ -64,7 +70,7 @@ def run_idempotent_job(
     wait_timeout_s: float = 3600.0,
     log: logging.Logger | None = None,
 ) -> JobOutcome:
-    """Make sure the content ``fingerprint`` is in ``make_job(g).destination``, running at most once.
+    """Make sure content ``fingerprint`` is in ``make_job(g).destination``; run it at most once.
 
     Args:
         warehouse: where the job runs.
@@ -126,11 +132,22 @@ def run_idempotent_job(
             )
             continue
 
+        if action == "skipped" and not warehouse.table_exists(table):
+            # The job wrote it, but the table is gone since (a stage table expired, or was
+            # dropped by hand): the old job no longer describes the destination.
+            log.info(
+                "job %s succeeded before, but table %s no longer exists: running generation %d",
+                job.job_id, table, generation + 1,
+            )
+            continue
         record = warehouse.read_publish_record(table, partition)
         if action == "skipped" and record is not None and record.job_id != job.job_id:
             if record.fingerprint == fingerprint:
                 # Same content, published by another generation's job: nothing to do.
-                return JobOutcome(record.job_id, "skipped", generation, record.rows)
+                return JobOutcome(
+                    record.job_id, "skipped", _generation_of(record.job_id, generation),
+                    record.rows,
+                )
             log.info(
                 "job %s succeeded before, but %s$%s now holds %s from %s: running generation %d",
                 job.job_id, table, partition, record.fingerprint[:12], record.job_id,

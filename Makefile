@@ -1,0 +1,47 @@
+# bq_platform: one verb per task. Needs Python 3.11, Java 17 and make; everything else is
+# installed into .venv/ by `make install` (which run/test/dev call).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SHARED_DATA ?= ../shared/data
+export BQ_PLATFORM_HOME ?= $(CURDIR)/.bq_platform
+export DAGSTER_HOME ?= $(BQ_PLATFORM_HOME)/dagster_home
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(CURDIR)/$(BIN)/python
+
+.PHONY: install run test lint dev bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## run: land the bundled real logs and process every landed day (local: files, DuckDB, Spark local[*])
+run: install
+	$(BIN)/bq-platform land-tree $(SHARED_DATA)/access_logs
+	$(BIN)/bq-platform run
+
+## test: the whole test suite, emulators included
+test: install
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check bq_platform bq_platform_tests
+	$(BIN)/ruff format --check bq_platform bq_platform_tests
+
+## dev: the Dagster UI on http://127.0.0.1:3000 with the runs of `make run`
+dev: install
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+## bench: time the Spark build on the bundled logs, scaled up (see docs/benchmarks.md)
+bench: install
+	$(BIN)/python scripts/benchmark.py
+
+clean:
+	rm -rf .bq_platform

@@ -1,0 +1,37 @@
+"""The landing zone as an observable source: landed logs per UTC hour, with source counts."""
+
+import dagster as dg
+
+from bq_platform.defs.partitions import hourly_partitions
+from bq_platform.defs.resources import ObjectStoreResource
+from bq_platform.lib.landing_index import scan_landing
+
+
+@dg.observable_source_asset(
+    key=["landing", "pageview_logs"],
+    partitions_def=hourly_partitions,
+    group_name="landing",
+    description=(
+        "Access logs landed by producers under landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/,"
+        " one manifest per file (line count, bytes, SHA-256) written last. The manifests' "
+        "line counts are the source counts the pipeline's accounting is checked against. "
+        "The data version of an hour is the fingerprint of its files' checksums, so an hour "
+        "changes version exactly when new content lands."
+    ),
+)
+def pageview_logs(
+    context: dg.AssetExecutionContext, object_store: ObjectStoreResource
+) -> dg.DataVersionsByPartition:
+    index = scan_landing(object_store.get_store())
+    for hour in index.hours():
+        context.log.debug(
+            "%s: %d files, %d source lines", hour.partition_key, hour.files, hour.source_lines
+        )
+    context.log.info(
+        "landing zone: %d hours, %d files, %d source lines",
+        len(index.hours()), sum(h.files for h in index.hours()),
+        sum(h.source_lines for h in index.hours()),
+    )
+    return dg.DataVersionsByPartition(
+        {h.partition_key: h.input_fingerprint for h in index.hours()}
+    )

@@ -1,0 +1,213 @@
+"""Resources, and the one place where local or production implementations are chosen.
+
+Every environment binds the same keys:
+
+- ``object_store``: landing zone, staging Parquet, dead letters (:class:`ObjectStoreResource`);
+- ``warehouse``: stage, published and audit tables, the job ledger (:class:`WarehouseResource`);
+- ``spark``: the Spark session (:class:`SparkResource`);
+- ``settings``: pseudonymization key and job budgets (:class:`PipelineSettings`).
+
+``BQ_PLATFORM_ENV`` picks the implementations when the definitions load: ``local`` (default:
+a directory, DuckDB, ``local[*]``, everything under ``BQ_PLATFORM_HOME``, default
+``./.bq_platform``) or ``prod`` (GCS, BigQuery, a Spark cluster). The README lists every
+variable; values enter through ``dg.EnvVar`` so they are read when a run starts.
+"""
+
+import abc
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+from pydantic import PrivateAttr
+
+from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.quota import JobBudget
+from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+from bq_platform.lib.warehouse.base import Warehouse
+
+LOCAL_VISITOR_KEY = "bq-platform-local-development-key"  # never used when BQ_PLATFORM_ENV=prod
+
+
+class ObjectStoreResource(dg.ConfigurableResource, abc.ABC):
+    """Base of the object-store resources; ``get_store()`` returns the plain adapter."""
+
+    @abc.abstractmethod
+    def get_store(self) -> ObjectStore:
+        """The :class:`~bq_platform.lib.objectstore.base.ObjectStore` to use."""
+
+
+class LocalObjectStoreResource(ObjectStoreResource):
+    """A directory on disk standing in for the bucket (local default)."""
+
+    root: str
+
+    def get_store(self) -> ObjectStore:
+        from bq_platform.lib.objectstore.local import LocalObjectStore
+
+        return LocalObjectStore(self.root)
+
+
+class GCSObjectStoreResource(ObjectStoreResource):
+    """A Google Cloud Storage bucket (production). Credentials: Application Default Credentials."""
+
+    project: str
+    bucket: str
+    prefix: str = ""
+
+    def get_store(self) -> ObjectStore:
+        from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
+
+        return GCSObjectStore(self.bucket, storage_client(self.project), prefix=self.prefix)
+
+
+class WarehouseResource(dg.ConfigurableResource, abc.ABC):
+    """Base of the warehouse resources; one adapter per run, so the ensure-table cache holds."""
+
+    require_partition_filter: bool = True
+    """Create published tables with require_partition_filter (BigQuery enforces it)."""
+
+    _warehouse: Warehouse | None = PrivateAttr(default=None)
+
+    def get_warehouse(self) -> Warehouse:
+        """The run's :class:`~bq_platform.lib.warehouse.base.Warehouse` (created on first use)."""
+        if self._warehouse is None:
+            self._warehouse = self._build()
+        return self._warehouse
+
+    @abc.abstractmethod
+    def _build(self) -> Warehouse: ...
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._warehouse is not None:
+            self._warehouse.close()
+            self._warehouse = None
+
+
+class DuckDBWarehouseResource(WarehouseResource):
+    """The embedded local warehouse: one DuckDB file with BigQuery's table names and job rules."""
+
+    path: str
+    require_partition_filter: bool = False  # DuckDB cannot enforce it; recorded only
+
+    def _build(self) -> Warehouse:
+        from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+
+        return DuckDBWarehouse(self.path)
+
+
+class BigQueryWarehouseResource(WarehouseResource):
+    """BigQuery (production). ``api_endpoint`` points the client at an emulator in tests."""
+
+    project: str
+    dataset: str
+    location: str = "US"
+    job_id_prefix: str = ""
+    """Prepended to job IDs sent to BigQuery: keeps environments sharing a project apart
+    (job IDs are unique per project, not per dataset)."""
+    api_endpoint: str | None = None
+
+    def _build(self) -> Warehouse:
+        from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse, bigquery_client
+
+        client = bigquery_client(self.project, self.location, api_endpoint=self.api_endpoint)
+        return BigQueryWarehouse(
+            client, self.project, self.dataset, location=self.location,
+            job_id_prefix=self.job_id_prefix,
+        )
+
+
+class SparkResource(PySparkResource):
+    """dagster-pyspark's session resource, bound to loopback when the master is local."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if str(self.spark_config.get("spark.master", "")).startswith("local"):
+            ensure_local_spark_env()
+        super().setup_for_execution(context)
+
+
+class PipelineSettings(dg.ConfigurableResource):
+    """Settings of the pageview pipeline itself.
+
+    Attributes:
+        visitor_key: secret key of the visitor_id HMAC (``BQ_PLATFORM_VISITOR_KEY``). Changing
+            it changes every visitor_id and the sample; treat it like a password.
+        job_budget_per_table_per_day: jobs allowed per table per UTC day (BigQuery: 1,500 table
+            operations per table per day; default 90% of that).
+    """
+
+    visitor_key: str
+    job_budget_per_table_per_day: int = JobBudget().per_table_per_day
+
+    def budget(self) -> JobBudget:
+        return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
+
+
+def local_home() -> Path:
+    """Folder of the local data (``BQ_PLATFORM_HOME``, default ``./.bq_platform``)."""
+    return Path(os.environ.get("BQ_PLATFORM_HOME", ".bq_platform")).resolve()
+
+
+def _budget() -> dict[str, int]:
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), when set."""
+    value = os.environ.get("BQ_PLATFORM_JOB_BUDGET")
+    return {"job_budget_per_table_per_day": int(value)} if value else {}
+
+
+def build_resources(env: str) -> dict[str, Any]:
+    """The resources of environment ``env`` (``local`` or ``prod``).
+
+    Raises:
+        ValueError: for any other ``env``.
+    """
+    if env == "local":
+        home = local_home()
+        if not os.environ.get("BQ_PLATFORM_VISITOR_KEY"):
+            logging.getLogger(__name__).info(
+                "BQ_PLATFORM_VISITOR_KEY is not set: using the local development key"
+            )
+        return {
+            "object_store": LocalObjectStoreResource(root=str(home / "lake")),
+            "warehouse": DuckDBWarehouseResource(path=str(home / "warehouse.duckdb")),
+            "spark": SparkResource(
+                spark_config=spark_config(os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]"))
+            ),
+            "settings": PipelineSettings(
+                visitor_key=os.environ.get("BQ_PLATFORM_VISITOR_KEY") or LOCAL_VISITOR_KEY,
+                **_budget(),
+            ),
+        }
+    if env == "prod":
+        return {
+            "object_store": GCSObjectStoreResource(
+                project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
+                bucket=dg.EnvVar("BQ_PLATFORM_BUCKET"),
+            ),
+            "warehouse": BigQueryWarehouseResource(
+                project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
+                dataset=dg.EnvVar("BQ_PLATFORM_BQ_DATASET"),
+                location=os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US"),
+                job_id_prefix=os.environ.get("BQ_PLATFORM_BQ_JOB_PREFIX", ""),
+            ),
+            "spark": SparkResource(
+                spark_config=spark_config(
+                    os.environ.get("BQ_PLATFORM_SPARK_MASTER", "yarn"),
+                    shuffle_partitions=int(os.environ.get("BQ_PLATFORM_SHUFFLE_PARTITIONS", "64")),
+                )
+            ),
+            "settings": PipelineSettings(
+                visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"), **_budget()
+            ),
+        }
+    raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """Binds the resources of ``BQ_PLATFORM_ENV`` (default ``local``) when the code loads."""
+    return dg.Definitions(
+        resources=build_resources(os.environ.get("BQ_PLATFORM_ENV", "local")),
+        executor=dg.in_process_executor,
+    )

@@ -1,0 +1,550 @@
+"""The hourly build: landed gzip logs -> pageview Parquet files + one manifest per UTC hour.
+
+This is the body of the ``pageview_files`` asset. For a set of UTC hours it:
+
+1. lists the sites (``landing/pageviews/site=<name>``) and every hour's landed manifests;
+2. checks every landed file against its manifest (exists, byte size, SHA-256) and raises
+   :class:`LandingError` naming each file that disagrees;
+3. counts a delivery whose checksum was already delivered for the same site and hour once:
+   the extra deliveries' lines are ``duplicates`` (at-least-once delivery);
+4. reads all kept files of all hours in *one* Spark pass (gzip is unsplittable, so one file is
+   one split, read in order), numbers lines per file, and classifies them with
+   :func:`bq_platform.lib.transform.transform_lines`; the result is persisted once;
+5. aggregates per (site, hour, file) and the distinct visitors per (site, hour); a file whose
+   line count differs from its manifest is reported in ``file_mismatches`` (not raised: the
+   blocking accounting check reports it, with the other hours still built);
+6. writes Parquet under this attempt's own prefix (:func:`bq_platform.lib.layout.attempt_prefix`)
+   in ``hour=YYYY-MM-DDTHH`` folders: ``full`` (pages), ``sample`` (pages of sampled visitors)
+   and the dead letters (rejected and out-of-window lines with reason and raw text); an hour
+   without pages still gets one empty Parquet file in ``full`` and ``sample``, so each load job
+   has at least one file;
+7. writes each hour's :class:`~bq_platform.lib.manifest.HourManifest` *last*; it names exactly
+   the files that count, so a crashed attempt leaves nothing a loader would pick up.
+
+Per site and hour, when the manifests are right:
+``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
+
+Spark work: one read of the landed gzip, one shuffle (line numbering), one persist, two small
+aggregations and three Parquet writes from the persisted rows.
+"""
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import io
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from bq_platform.lib import jobids, layout
+from bq_platform.lib.accounting import SiteHourCounts
+from bq_platform.lib.manifest import HourManifest, LandedManifest, ManifestError
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
+from bq_platform.lib.transform import (
+    CATEGORY_NON_PAGE,
+    CATEGORY_OUT_OF_WINDOW,
+    CATEGORY_PAGE,
+    CATEGORY_REJECTED,
+    PAGEVIEW_COLUMN_NAMES,
+    TRANSFORM_VERSION,
+    transform_lines,
+)
+from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
+
+#: Columns of the dead-letter Parquet files (the hour is the ``hour=`` folder).
+DEADLETTER_COLUMNS: tuple[str, ...] = ("site", "data_key", "line_no", "reason", "raw")
+#: Partition folder name of every Parquet output (``hour=YYYY-MM-DDTHH``).
+HOUR_FOLDER_COLUMN = "hour"
+GZIP_MAGIC = b"\x1f\x8b"
+#: Landed file names Spark can read without URI escaping (also what the lander writes).
+_SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SITE_FOLDER = "site="
+_MAX_LISTED_PROBLEMS = 20
+_VERIFY_THREADS = 8
+_LANDING_HINT = (
+    "re-land the file with `bq-platform land` (or have its producer deliver it again), "
+    "then run these hours again"
+)
+
+
+class LandingError(ValueError):
+    """A landed file or manifest is missing, corrupt or disagrees with the other.
+
+    The message names every object URI concerned, what disagreed, and what to do.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class LandedDelivery:
+    """One landed manifest as the build sees it.
+
+    Attributes:
+        manifest_key: object key of the manifest.
+        manifest: its content.
+        duplicate: True when an earlier manifest (by key order) of the same site and hour has
+            the same SHA-256: this delivery's lines count as ``duplicates`` and are not read.
+    """
+
+    manifest_key: str
+    manifest: LandedManifest
+    duplicate: bool = False
+
+
+def list_sites(store: ObjectStore) -> list[str]:
+    """Sites with a landing folder (``landing/pageviews/site=<name>``), sorted.
+
+    Raises:
+        LandingError: if a ``site=`` folder has a name the pipeline cannot use.
+    """
+    sites = []
+    for folder in store.list_folders(layout.LANDING_PREFIX):
+        if not folder.startswith(_SITE_FOLDER):
+            continue
+        name = folder[len(_SITE_FOLDER):]
+        try:
+            sites.append(layout.validate_site(name))
+        except ValueError as exc:
+            uri = store.uri(f"{layout.LANDING_PREFIX}/{folder}")
+            raise LandingError(f"{uri}: {exc}; rename the folder and land its files again") from exc
+    return sites
+
+
+def landed_deliveries(store: ObjectStore, site: str, hour: dt.datetime) -> list[LandedDelivery]:
+    """The landed manifests of one site and UTC hour, by key, duplicates marked.
+
+    Raises:
+        LandingError: if a manifest is unreadable, names another site or hour, or points at a
+            data file outside its folder or with a name Spark cannot read unescaped.
+    """
+    prefix = layout.landing_hour_prefix(site, hour)
+    deliveries: list[LandedDelivery] = []
+    seen: set[str] = set()
+    for key in store.list_keys(prefix):
+        if layout.parse_landed_manifest_key(key) is None or key.count("/") != prefix.count("/") + 1:
+            continue
+        uri = store.uri(key)
+        try:
+            manifest = LandedManifest.from_json(store.read_bytes(key), where=uri)
+        except (ManifestError, ObjectNotFoundError) as exc:
+            raise LandingError(f"{exc}; {_LANDING_HINT}") from exc
+        folder, _, name = manifest.data_key.rpartition("/")
+        problem = None
+        if manifest.site != site or manifest.hour != hour:
+            problem = (
+                f"says site {manifest.site!r} hour {layout.hour_label(manifest.hour)} but is in "
+                f"the folder of site {site!r} hour {layout.hour_label(hour)}"
+            )
+        elif folder != prefix:
+            problem = f"points at {manifest.data_key!r}, outside its own folder {prefix!r}"
+        elif not _SAFE_NAME_RE.match(name) or not name.endswith(".gz"):
+            problem = (
+                f"names data file {name!r}: landed files must be gzip named [A-Za-z0-9._-]+.gz"
+            )
+        if problem:
+            raise LandingError(f"landed manifest {uri} {problem}; {_LANDING_HINT}")
+        deliveries.append(LandedDelivery(key, manifest, duplicate=manifest.sha256 in seen))
+        seen.add(manifest.sha256)
+    return deliveries
+
+
+def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
+    manifest = delivery.manifest
+    uri = store.uri(manifest.data_key)
+    where = f"landed file {uri} (manifest {store.uri(delivery.manifest_key)})"
+    try:
+        size = store.size(manifest.data_key)
+        if size != manifest.bytes:
+            return f"{where}: size is {size} bytes, the manifest says {manifest.bytes}"
+        data = store.read_bytes(manifest.data_key)
+    except ObjectNotFoundError:
+        return f"{where}: the file is missing"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != manifest.sha256:
+        return f"{where}: SHA-256 is {digest}, the manifest says {manifest.sha256}"
+    if manifest.bytes and not data.startswith(GZIP_MAGIC):
+        return f"{where}: not a gzip file"
+    return None
+
+
+def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> None:
+    """Check that every landed file exists with its manifest's byte size and SHA-256.
+
+    Files are read in a few threads (object stores reward parallel reads).
+
+    Raises:
+        LandingError: listing every file that is missing or disagrees, and what to do.
+    """
+    with concurrent.futures.ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
+        results = list(pool.map(lambda d: _check_file(store, d), deliveries))
+    problems = sorted(p for p in results if p)
+    if problems:
+        shown = problems[:_MAX_LISTED_PROBLEMS]
+        more = len(problems) - len(shown)
+        raise LandingError(
+            f"{len(problems)} landed file(s) disagree with their manifests:\n  "
+            + "\n  ".join(shown)
+            + (f"\n  ... and {more} more" if more else "")
+            + f"\nFix: {_LANDING_HINT}."
+        )
+
+
+_ARROW_TYPES: Mapping[str, pa.DataType] = {
+    "STRING": pa.string(),
+    "INT64": pa.int64(),
+    "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+}
+
+
+def pageview_arrow_schema() -> pa.Schema:
+    """Arrow schema of the pageview Parquet files, as Spark writes them.
+
+    :data:`~bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS` in order; ``TIMESTAMP`` is
+    ``TIMESTAMP(MICROS, UTC)`` (Spark with ``spark.sql.parquet.outputTimestampType=
+    TIMESTAMP_MICROS``), ``DATE`` is ``DATE``, ``INT64`` is ``INT64``; every field nullable, as
+    Spark always writes file sources. Used for the empty file of an hour without pages.
+    """
+    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in PAGEVIEW_COLUMNS])
+
+
+def _empty_parquet() -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pageview_arrow_schema().empty_table(), buffer)
+    return buffer.getvalue()
+
+
+def _parquet_keys(store: ObjectStore, prefix: str) -> list[str]:
+    keys = []
+    for key in store.list_keys(prefix):
+        name = key.rsplit("/", 1)[-1]
+        if name.endswith(".parquet") and not name.startswith((".", "_")):
+            keys.append(key)
+    return keys
+
+
+@contextlib.contextmanager
+def _sql_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL settings for the duration of the block, then restore them."""
+    previous = {k: spark.conf.get(k, None) for k in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _hour_folder(prefix: str, label: str) -> str:
+    return f"{prefix}/{HOUR_FOLDER_COLUMN}={label}"
+
+
+def _read_lines(
+    spark: SparkSession, store: ObjectStore, files: Sequence[LandedManifest]
+) -> DataFrame:
+    """All lines of ``files`` in one read, with their file's identity and 1-based line number.
+
+    ``input_file_name()`` is a URI (``file:///...`` for local paths, ``gs://...`` on GCS); its
+    last three segments (``site=<s>/hour=<h>/<name>``) identify the landed file in any store,
+    and need no unescaping because site names, hour labels and landed file names are checked
+    to be URI-safe. ``monotonically_increasing_id()`` is taken right at the scan, where a gzip
+    file is one split read in order, so it orders the lines of each file.
+    """
+    paths = [store.uri(m.data_key) for m in files]
+    mapping = spark.createDataFrame(  # from Arrow: a local relation, no Python worker
+        pa.table(
+            {
+                "_file": [m.data_key.split("/", 2)[2] for m in files],
+                "site": [m.site for m in files],
+                "hour_label": [layout.hour_label(m.hour) for m in files],
+                "data_key": [m.data_key for m in files],
+                "file_sha256": [m.sha256 for m in files],
+            }
+        )
+    )
+    scanned = spark.read.option("lineSep", "\n").text(paths).select(
+        F.substring_index(F.input_file_name(), "/", -3).alias("_file"),
+        F.monotonically_increasing_id().alias("_mid"),
+        F.col("value").alias("raw"),
+    )
+    joined = scanned.join(F.broadcast(mapping), "_file", "left")
+    in_file_order = Window.partitionBy("_file").orderBy("_mid")
+    return joined.select(
+        "_file", "site", "hour_label", "data_key", "file_sha256",
+        F.row_number().over(in_file_order).cast("bigint").alias("line_no"),
+        "raw",
+    )
+
+
+def _slim(classified: DataFrame) -> DataFrame:
+    """What the outputs need, per line: page columns for pages, raw text for dead letters."""
+    category = F.col("category")
+    page = category == CATEGORY_PAGE
+    dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
+    keep = {"site", "event_id"}
+    return classified.select(
+        "hour_label", "data_key", "line_no", "category",
+        *[
+            F.col(c) if c in keep else F.when(page, F.col(c)).alias(c)
+            for c in PAGEVIEW_COLUMN_NAMES
+        ],
+        "in_sample",
+        F.when(dead, F.col("reason")).alias("reason"),
+        F.when(dead, F.col("raw")).alias("raw"),
+    )
+
+
+def build_hours(
+    spark: SparkSession,
+    store: ObjectStore,
+    hours: Sequence[dt.datetime],
+    *,
+    attempt_id: str,
+    visitor_key: str,
+    log: logging.Logger | Any | None = None,
+) -> list[HourManifest]:
+    """Build the pageview Parquet files and hour manifests of ``hours`` (see module docstring).
+
+    Args:
+        spark: the session (``spark.sql.shuffle.partitions`` small for hourly inputs).
+        store: object store holding the landing zone and receiving the outputs.
+        hours: UTC hours (aware, on the hour); duplicates are ignored.
+        attempt_id: this attempt's ID (``[A-Za-z0-9_-]+``); its outputs go under its own
+            prefix, and any earlier output of the same attempt for these hours is replaced.
+        visitor_key: the pseudonymization key (only its :func:`key_id` is recorded).
+        log: a logger (``logging.Logger`` or Dagster's ``context.log``); progress is logged
+            at INFO: hours, files, lines, rows and seconds.
+
+    Returns:
+        One :class:`HourManifest` per hour, in hour order, as written.
+
+    Raises:
+        LandingError: a landed file is missing or disagrees with its manifest, or a manifest is
+            unreadable or misplaced (nothing is written then).
+        ValueError: an hour is naive or not on the hour, the attempt ID is malformed or the
+            key empty.
+        RuntimeError: Spark's lines could not all be matched to landed files (a bug: nothing
+            is written then).
+    """
+    log = log or logging.getLogger(__name__)
+    started = time.monotonic()
+    hour_list = sorted(set(hours))
+    labels = {hour: layout.hour_label(hour) for hour in hour_list}
+    full_prefix = layout.attempt_prefix(attempt_id) + "/full"
+    sample_prefix = layout.attempt_prefix(attempt_id) + "/sample"
+    dead_prefix = layout.deadletter_attempt_prefix(attempt_id)
+    key_ident = key_id(visitor_key)
+    if not hour_list:
+        return []
+
+    sites = list_sites(store)
+    deliveries = {
+        (site, hour): landed_deliveries(store, site, hour) for hour in hour_list for site in sites
+    }
+    every = [d for ds in deliveries.values() for d in ds]
+    kept = [d.manifest for d in every if not d.duplicate]
+    verify_landed(store, every)
+    log.info(
+        "build %s: %d hours (%s .. %s), %d sites, %d landed files (%d duplicate deliveries, "
+        "%d bytes) verified in %.1f s",
+        attempt_id, len(hour_list), labels[hour_list[0]], labels[hour_list[-1]], len(sites),
+        len(every), len(every) - len(kept), sum(d.manifest.bytes for d in every),
+        time.monotonic() - started,
+    )
+
+    for hour in hour_list:  # replace what an earlier try of this attempt left
+        for prefix in (full_prefix, sample_prefix, dead_prefix):
+            store.delete_prefix(_hour_folder(prefix, labels[hour]))
+
+    per_file: dict[str, dict[str, int]] = {}
+    visitors: dict[tuple[str, str], tuple[int, int]] = {}
+    if kept:
+        _run_spark(
+            spark, store, kept, visitor_key, (full_prefix, sample_prefix, dead_prefix),
+            per_file, visitors, log,
+        )
+
+    manifests = _hour_manifests(
+        store, hour_list, sites, deliveries, per_file, visitors, attempt_id, key_ident,
+        (full_prefix, sample_prefix, dead_prefix),
+    )
+    for manifest in manifests:  # last: a manifest names only complete files
+        store.write_text(layout.hour_manifest_key(manifest.hour), manifest.to_json())
+        totals = _sum_counts(manifest.counts)
+        log.info(
+            "hour %s: %d pageviews, %d sample rows, %d non-page, %d rejected, %d duplicates, "
+            "%d out of window, %d files%s",
+            labels[manifest.hour], manifest.rows, manifest.sample_rows, totals["non_page_hits"],
+            totals["rejected"], totals["duplicates"], totals["out_of_window"],
+            len(manifest.full_files),
+            f", {len(manifest.file_mismatches)} FILE MISMATCHES" if manifest.file_mismatches
+            else "",
+        )
+    log.info("build %s done in %.1f s", attempt_id, time.monotonic() - started)
+    return manifests
+
+
+def _run_spark(
+    spark: SparkSession,
+    store: ObjectStore,
+    kept: Sequence[LandedManifest],
+    visitor_key: str,
+    prefixes: tuple[str, str, str],
+    per_file: dict[str, dict[str, int]],
+    visitors: dict[tuple[str, str], tuple[int, int]],
+    log: Any,
+) -> None:
+    """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
+    full_prefix, sample_prefix, dead_prefix = prefixes
+    t0 = time.monotonic()
+    with _sql_conf(spark, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}):
+        lines = _read_lines(spark, store, kept)
+        rows = _slim(transform_lines(lines, visitor_key=visitor_key)).persist()
+        try:
+            category = F.col("category")
+            file_counts = rows.groupBy("data_key").agg(
+                F.count(F.lit(1)).alias("lines_read"),
+                F.min("line_no").alias("first_line"),
+                F.max("line_no").alias("last_line"),
+                *[
+                    F.count_if(category == c).alias(c)
+                    for c in (CATEGORY_PAGE, CATEGORY_NON_PAGE, CATEGORY_REJECTED,
+                              CATEGORY_OUT_OF_WINDOW)
+                ],
+                F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias("sample_rows"),
+            ).collect()
+            unmatched = [r for r in file_counts if r["data_key"] is None]
+            bad_numbers = [
+                r["data_key"] for r in file_counts
+                if r["data_key"] is not None
+                and (r["first_line"] != 1 or r["last_line"] != r["lines_read"])
+            ]
+            if unmatched or bad_numbers:
+                raise RuntimeError(
+                    "internal error: Spark lines could not be matched to landed files "
+                    f"({sum(r['lines_read'] for r in unmatched)} unmatched lines, line numbers "
+                    f"not 1..n in {bad_numbers[:5]}); nothing was written"
+                )
+            for r in file_counts:
+                values = r.asDict()
+                data_key = values.pop("data_key")
+                per_file[data_key] = {k: int(v) for k, v in values.items()}
+            pages = rows.where(category == CATEGORY_PAGE)
+            for r in pages.groupBy("site", "hour_label").agg(
+                F.count_distinct("visitor_id").alias("visitors"),
+                F.count_distinct(F.when(F.col("in_sample"), F.col("visitor_id"))).alias("sampled"),
+            ).collect():
+                visitors[(r["site"], r["hour_label"])] = (int(r["visitors"]), int(r["sampled"]))
+            n_lines = sum(v["lines_read"] for v in per_file.values())
+            n_pages = sum(v[CATEGORY_PAGE] for v in per_file.values())
+            log.info(
+                "read and classified %d lines of %d files in %.1f s: %d pageviews",
+                n_lines, len(kept), time.monotonic() - t0, n_pages,
+            )
+
+            t1 = time.monotonic()
+            hour_col = F.col("hour_label").alias(HOUR_FOLDER_COLUMN)
+            page_rows = pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
+            _write(page_rows, store.uri(full_prefix))
+            _write(page_rows.where(F.col("in_sample")), store.uri(sample_prefix))
+            dead = rows.where(category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW))
+            _write(dead.select(*DEADLETTER_COLUMNS, hour_col), store.uri(dead_prefix))
+            log.info("wrote Parquet (full, sample, dead letters) in %.1f s", time.monotonic() - t1)
+        finally:
+            rows.unpersist()
+
+
+def _write(frame: DataFrame, uri: str) -> None:
+    frame.write.mode("append").partitionBy(HOUR_FOLDER_COLUMN).parquet(uri)
+
+
+def _sum_counts(counts: Sequence[SiteHourCounts]) -> dict[str, int]:
+    fields = ("non_page_hits", "rejected", "duplicates", "out_of_window")
+    return {f: sum(getattr(c, f) for c in counts) for f in fields}
+
+
+def _hour_manifests(
+    store: ObjectStore,
+    hour_list: Sequence[dt.datetime],
+    sites: Sequence[str],
+    deliveries: Mapping[tuple[str, dt.datetime], Sequence[LandedDelivery]],
+    per_file: Mapping[str, Mapping[str, int]],
+    visitors: Mapping[tuple[str, str], tuple[int, int]],
+    attempt_id: str,
+    key_ident: str,
+    prefixes: tuple[str, str, str],
+) -> list[HourManifest]:
+    """Counts, file lists and fingerprints per hour; writes empty Parquet files where needed."""
+    full_prefix, sample_prefix, dead_prefix = prefixes
+    empty: bytes | None = None
+    manifests = []
+    for hour in hour_list:
+        label = layout.hour_label(hour)
+        counts, mismatches, checksums = [], [], []
+        for site in sites:
+            ds = deliveries[(site, hour)]
+            checksums += [(site, d.manifest.sha256) for d in ds]
+            files = [per_file.get(d.manifest.data_key, {}) for d in ds if not d.duplicate]
+            for d in ds:
+                read = per_file.get(d.manifest.data_key, {}).get("lines_read", 0)
+                if not d.duplicate and read != d.manifest.lines:
+                    mismatches.append(
+                        {"data_key": d.manifest.data_key, "manifest_lines": d.manifest.lines,
+                         "lines_read": read}
+                    )
+            n_visitors, n_sampled = visitors.get((site, label), (0, 0))
+            counts.append(
+                SiteHourCounts(
+                    site=site,
+                    hour=hour,
+                    source_lines=sum(d.manifest.lines for d in ds),
+                    pageviews=sum(f.get(CATEGORY_PAGE, 0) for f in files),
+                    non_page_hits=sum(f.get(CATEGORY_NON_PAGE, 0) for f in files),
+                    rejected=sum(f.get(CATEGORY_REJECTED, 0) for f in files),
+                    duplicates=sum(d.manifest.lines for d in ds if d.duplicate),
+                    out_of_window=sum(f.get(CATEGORY_OUT_OF_WINDOW, 0) for f in files),
+                    lines_read=sum(f.get("lines_read", 0) for f in files),
+                    sample_rows=sum(f.get("sample_rows", 0) for f in files),
+                    visitors=n_visitors,
+                    sample_visitors=n_sampled,
+                    files=len(files),
+                )
+            )
+        folders = {p: _hour_folder(p, label) for p in prefixes}
+        for prefix in (full_prefix, sample_prefix):
+            if not _parquet_keys(store, folders[prefix]):
+                if empty is None:
+                    empty = _empty_parquet()
+                store.write_bytes(f"{folders[prefix]}/part-00000-empty.parquet", empty)
+        input_fp = jobids.input_fingerprint(checksums)
+        manifests.append(
+            HourManifest(
+                hour=hour,
+                attempt_id=attempt_id,
+                fingerprint=jobids.hour_fingerprint(
+                    input_fp, TRANSFORM_VERSION, key_ident, SAMPLE_MODULUS
+                ),
+                input_fingerprint=input_fp,
+                full_files=tuple(_parquet_keys(store, folders[full_prefix])),
+                sample_files=tuple(_parquet_keys(store, folders[sample_prefix])),
+                deadletter_files=tuple(_parquet_keys(store, folders[dead_prefix])),
+                rows=sum(c.pageviews for c in counts),
+                sample_rows=sum(c.sample_rows for c in counts),
+                counts=tuple(counts),
+                file_mismatches=tuple(mismatches),
+            )
+        )
+    return manifests

@@ -1,0 +1,315 @@
+"""Common Log Format and Combined Log Format: patterns, reason codes, a Python reference parser.
+
+One access-log line (Apache ``LogFormat "%h %l %u %t \\"%r\\" %>s %b"`` for Common, plus
+``\\"%{Referer}i\\" \\"%{User-agent}i\\"`` for Combined; nginx's ``combined`` is the same)::
+
+    host ident authuser [dd/MMM/yyyy:HH:mm:ss +zzzz] "request" status bytes ["referrer" "agent"]
+
+The Spark transform (:mod:`bq_platform.lib.transform`) and the lander
+(:mod:`bq_platform.lib.landing`, which splits files by the hour of
+:func:`parse_clf_timestamp`) must read a line the same way, so both use the patterns defined
+here: :data:`LINE_PATTERN` etc. are written in the regex dialect common to Python ``re`` (with
+``re.ASCII | re.DOTALL``, ``fullmatch``) and Java ``java.util.regex`` (through
+:func:`java_regex`, which adds ``(?s)^ ... \\z``). :func:`parse_line` is the Python reference
+of the Spark parse; the tests check that both agree line by line on the bundled real logs.
+
+Rules (each one is what real logs need):
+
+- A line is split on ``\\n`` only; one trailing ``\\r`` is stripped (CRLF files). Bytes that are
+  not UTF-8 are decoded with U+FFFD replacement characters (as Python's
+  ``bytes.decode("utf-8", "replace")`` and Spark's ``make_valid_utf8`` both do); NUL and
+  U+0001 also become U+FFFD (the Spark parse uses them as field separators internally).
+- The request is matched greedily up to the *last* ``" <3 digits> <digits or ->`` that ends
+  the line (or is followed by the Combined fields), so unescaped quotes inside URLs work.
+- In Combined lines the referrer is the shortest quoted field that fits, the user agent the
+  rest (agents contain quotes and spaces far more often than referrers do).
+- The request is ``METHOD target [HTTP/x.y]``: the target is everything between the method and
+  a trailing `` HTTP/x.y`` token, or to the end when there is none (HTTP/0.9-style two-token
+  lines, and the NASA logs, whose protocol token was dropped). URLs with spaces work. A request
+  that is ``-``, empty or a single token is *not a request*: the line is well-formed and counts
+  as a non-page hit, not as rejected.
+- ``bytes`` is ``-`` (nothing sent, becomes null) or a decimal that fits a signed 64-bit int.
+- The status is any three digits (``000`` and ``499`` occur in real logs); anything else is
+  ``bad_status``.
+- The timestamp must be ``dd/MMM/yyyy:HH:mm:ss +hhmm`` with English month abbreviations (any
+  case, as Spark's parser accepts), a real calendar date and time (no leap seconds), an offset of
+  at most 18:00, and fall in years 1-9999 once converted to UTC.
+
+Reason codes, in the order they are decided (the first that applies wins):
+
+- :data:`REASON_EMPTY_LINE`: the line is empty or only whitespace (``' \\t\\v\\f\\r'``).
+- :data:`REASON_BAD_STATUS`: the line has the CLF shape but the status is not 3 digits.
+- :data:`REASON_BAD_BYTES`: the line has the CLF shape but bytes is neither ``-`` nor a
+  64-bit decimal.
+- :data:`REASON_MALFORMED`: anything else that is not a CLF/Combined line: garbage, a line
+  truncated mid-field, a missing bracket or quote.
+- :data:`REASON_BAD_TIMESTAMP`: well-formed, but the timestamp cannot be read (see above).
+- :data:`REASON_OUT_OF_WINDOW`: well-formed with a readable timestamp outside the partition's
+  UTC hour (assigned by the transform, which knows the hour; never by :func:`parse_line`).
+
+The first five make a line ``rejected``; the last one ``out_of_window`` (see
+:mod:`bq_platform.lib.accounting`). Both kinds go to the dead-letter area with the raw line.
+"""
+
+import dataclasses
+import datetime as dt
+import re
+
+REASON_EMPTY_LINE = "empty_line"
+REASON_MALFORMED = "malformed"
+REASON_BAD_STATUS = "bad_status"
+REASON_BAD_BYTES = "bad_bytes"
+REASON_BAD_TIMESTAMP = "bad_timestamp"
+REASON_OUT_OF_WINDOW = "out_of_window"
+
+#: Reasons that make a line ``rejected``, in the order they are decided.
+REJECT_REASONS: tuple[str, ...] = (
+    REASON_EMPTY_LINE,
+    REASON_BAD_STATUS,
+    REASON_BAD_BYTES,
+    REASON_MALFORMED,
+    REASON_BAD_TIMESTAMP,
+)
+#: Every reason code with a one-line description (for docs, the UI and dead-letter readers).
+REASONS: dict[str, str] = {
+    REASON_EMPTY_LINE: "empty or whitespace-only line",
+    REASON_BAD_STATUS: "CLF-shaped line whose status is not 3 digits",
+    REASON_BAD_BYTES: "CLF-shaped line whose byte count is neither '-' nor a 64-bit number",
+    REASON_MALFORMED: "not a Common/Combined Log Format line (garbage, truncated, unbalanced)",
+    REASON_BAD_TIMESTAMP: "timestamp not dd/MMM/yyyy:HH:mm:ss +hhmm or not a real time",
+    REASON_OUT_OF_WINDOW: "readable timestamp outside the partition's UTC hour",
+}
+
+#: A CLF or Combined line. Groups: 1 host, 2 ident, 3 authuser, 4 timestamp text, 5 request,
+#: 6 status, 7 bytes, 8 referrer, 9 user agent (8 and 9 unmatched for Common lines).
+LINE_PATTERN = (
+    r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*)" (\d{3}) (\d+|-)(?: "(.*?)" "(.*)")?'
+)
+#: The CLF shape with any status and bytes tokens, request matched lazily: only used to tell
+#: ``bad_status``/``bad_bytes`` from ``malformed`` for lines :data:`LINE_PATTERN` rejects.
+LOOSE_LINE_PATTERN = r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*?)" (\S+) (\S+)(?: "(.*?)" "(.*)")?'
+#: ``METHOD target [HTTP/x.y]``. Groups: 1 method, 2 target, 3 protocol (unmatched if absent).
+REQUEST_PATTERN = r"(\S+) (.+?)(?: (HTTP/[0-9]+(?:\.[0-9]+)?))?"
+#: The timestamp text inside the brackets.
+TIMESTAMP_PATTERN = r"(\d{2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})"
+#: Spark datetime pattern equivalent to :data:`TIMESTAMP_PATTERN` (``Z`` reads ``+hhmm``).
+SPARK_TIMESTAMP_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
+#: Prefix of a line up to the timestamp; the lander reads the hour of malformed lines with it.
+LINE_PREFIX_PATTERN = r"(\S+) (\S+) (\S+) \[([^\]]*)\]"
+
+#: Characters that count as blank for :data:`REASON_EMPTY_LINE`.
+BLANK_CHARS = " \t\x0b\x0c\r"
+#: Characters replaced by U+FFFD before parsing (internal field separators of the Spark parse).
+SEPARATOR_CHARS = "\x00\x01"
+REPLACEMENT_CHAR = "\ufffd"
+
+#: Unix seconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z: the readable range.
+MIN_UNIX_SECONDS = -62135596800
+MAX_UNIX_SECONDS = 253402300799
+#: Largest offset Java's ``ZoneOffset`` (hence Spark) accepts: 18:00.
+MAX_OFFSET_MINUTES = 18 * 60
+MAX_BYTES = 2**63 - 1
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_FLAGS = re.ASCII | re.DOTALL
+LINE_RE = re.compile(LINE_PATTERN, _FLAGS)
+LOOSE_LINE_RE = re.compile(LOOSE_LINE_PATTERN, _FLAGS)
+REQUEST_RE = re.compile(REQUEST_PATTERN, _FLAGS)
+TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN, _FLAGS)
+_PREFIX_RE = re.compile(LINE_PREFIX_PATTERN, _FLAGS)
+_STATUS_RE = re.compile(r"\d{3}", _FLAGS)
+_BYTES_RE = re.compile(r"\d+|-", _FLAGS)
+_SEPARATORS = str.maketrans({c: REPLACEMENT_CHAR for c in SEPARATOR_CHARS})
+
+
+def java_regex(pattern: str) -> str:
+    """Anchor one of this module's patterns for Java (Spark's ``rlike``/``regexp_*``).
+
+    ``(?s)`` lets ``.`` match ``\\r`` and other line terminators inside a line (Java's ``.``
+    excludes them by default, Python's only excludes ``\\n``), and ``\\z`` is the absolute end
+    (Java's ``$`` also matches before a final line terminator). The result matches exactly what
+    ``re.fullmatch(pattern, text, re.ASCII | re.DOTALL)`` matches.
+    """
+    return "(?s)^" + pattern + r"\z"
+
+
+def clean_line(line: str) -> str:
+    """The line the parse sees: one trailing ``\\r`` stripped, NUL and U+0001 -> U+FFFD."""
+    if line.endswith("\r"):
+        line = line[:-1]
+    return line.translate(_SEPARATORS)
+
+
+def is_blank(line: str) -> bool:
+    """True for an empty line or one made only of :data:`BLANK_CHARS`."""
+    return line.strip(BLANK_CHARS) == ""
+
+
+def parse_timestamp_field(text: str) -> dt.datetime | None:
+    """Read the text between the brackets, e.g. ``30/Aug/1995:15:27:00 -0400``.
+
+    Returns:
+        The instant as a UTC-aware datetime, or None if the text is not a valid timestamp
+        (rules in the module docstring; the same ones Spark's ``try_to_timestamp`` with
+        :data:`SPARK_TIMESTAMP_FORMAT` applies, plus the year range).
+    """
+    match = TIMESTAMP_RE.fullmatch(text)
+    if not match:
+        return None
+    day, mon, year, hour, minute, second, sign, off_h, off_m = match.groups()
+    month = _MONTHS.get(mon.lower())
+    offset_minutes = int(off_h) * 60 + int(off_m)
+    if month is None or int(off_m) > 59 or offset_minutes > MAX_OFFSET_MINUTES:
+        return None
+    offset = dt.timedelta(minutes=offset_minutes if sign == "+" else -offset_minutes)
+    try:
+        local = dt.datetime(
+            int(year), month, int(day), int(hour), int(minute), int(second),
+            tzinfo=dt.timezone(offset),
+        )
+        return local.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_clf_timestamp(text: str) -> dt.datetime | None:
+    """UTC time of a log line, or of a bare timestamp field.
+
+    Args:
+        text: a whole log line (``host ident user [timestamp] ...``; only the part up to the
+            closing bracket is looked at, so a line with a broken request still has a time), or
+            the timestamp field itself, with or without its brackets.
+
+    Returns:
+        A timezone-aware UTC datetime, or None if no valid timestamp is found. For every line the
+        Spark transform parses as well-formed, this is exactly its ``event_ts``; the month names
+        are English whatever the process locale.
+    """
+    match = _PREFIX_RE.match(clean_line(text))
+    if match:
+        return parse_timestamp_field(match.group(4))
+    field = text.strip(BLANK_CHARS)
+    if field.startswith("[") and field.endswith("]"):
+        field = field[1:-1]
+    return parse_timestamp_field(field)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """The parts of a request line ``METHOD target [HTTP/x.y]``.
+
+    Attributes:
+        method: e.g. ``GET``.
+        target: the URL as logged (path and query), possibly with spaces.
+        protocol: ``HTTP/1.0`` etc., or None for two-token (HTTP/0.9-style) requests.
+    """
+
+    method: str
+    target: str
+    protocol: str | None
+
+    @property
+    def path(self) -> str:
+        """Target before the first ``?``."""
+        return self.target.split("?", 1)[0]
+
+    @property
+    def query(self) -> str | None:
+        """Target after the first ``?`` (may be empty), or None if there is no ``?``."""
+        parts = self.target.split("?", 1)
+        return parts[1] if len(parts) == 2 else None
+
+
+def parse_request(request: str) -> Request | None:
+    """Split a request field; None if it is not ``METHOD target`` (``-``, empty, one token)."""
+    match = REQUEST_RE.fullmatch(request)
+    if not match:
+        return None
+    return Request(method=match.group(1), target=match.group(2), protocol=match.group(3))
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedLine:
+    """A log line as the pipeline reads it (Python reference of the Spark parse).
+
+    Attributes:
+        reason: None for a well-formed line with a readable timestamp, else one of
+            :data:`REJECT_REASONS`.
+        host, ident, authuser: the first three fields (None if the line is not CLF-shaped).
+        timestamp: UTC time, None if unreadable.
+        request: the raw request field (between the quotes).
+        parsed_request: its parts, None if it is not ``METHOD target``.
+        status: HTTP status; response_bytes: None for ``-``.
+        referrer, user_agent: Combined fields; None for Common lines, ``-`` or empty.
+    """
+
+    reason: str | None
+    host: str | None = None
+    ident: str | None = None
+    authuser: str | None = None
+    timestamp: dt.datetime | None = None
+    request: str | None = None
+    parsed_request: Request | None = None
+    status: int | None = None
+    response_bytes: int | None = None
+    referrer: str | None = None
+    user_agent: str | None = None
+
+
+def _optional_field(value: str | None) -> str | None:
+    return None if value in (None, "", "-") else value
+
+
+def _diagnose(line: str) -> str:
+    if is_blank(line):
+        return REASON_EMPTY_LINE
+    loose = LOOSE_LINE_RE.fullmatch(line)
+    if loose is None:
+        return REASON_MALFORMED
+    if not _STATUS_RE.fullmatch(loose.group(6)):
+        return REASON_BAD_STATUS
+    if not _BYTES_RE.fullmatch(loose.group(7)):
+        return REASON_BAD_BYTES
+    return REASON_MALFORMED
+
+
+def parse_line(line: str) -> ParsedLine:
+    """Parse one decoded log line (without its ``\\n``) by the rules of the module docstring.
+
+    Args:
+        line: the line as text (decode bytes with ``errors="replace"`` first).
+
+    Returns:
+        A :class:`ParsedLine`; never raises for any input.
+    """
+    line = clean_line(line)
+    match = LINE_RE.fullmatch(line)
+    if match is None:
+        return ParsedLine(reason=_diagnose(line))
+    host, ident, authuser, ts_text, request, status, nbytes, referrer, agent = match.groups()
+    response_bytes = None if nbytes == "-" else int(nbytes)
+    timestamp = parse_timestamp_field(ts_text)
+    reason = None
+    if response_bytes is not None and response_bytes > MAX_BYTES:
+        reason, response_bytes = REASON_BAD_BYTES, None
+    elif timestamp is None:
+        reason = REASON_BAD_TIMESTAMP
+    return ParsedLine(
+        reason=reason,
+        host=host,
+        ident=ident,
+        authuser=authuser,
+        timestamp=timestamp,
+        request=request,
+        parsed_request=parse_request(request),
+        status=int(status),
+        response_bytes=response_bytes,
+        referrer=_optional_field(referrer),
+        user_agent=_optional_field(agent),
+    )

@@ -1,0 +1,252 @@
+"""The publish protocol: hourly load jobs into stage tables, the completeness gate, and the
+daily copy job into the day partition, each idempotent through deterministic job IDs.
+
+- :func:`load_stage_hour`: the hour's Parquet files named by its manifest -> one load job
+  (``WRITE_TRUNCATE``) into ``pageviews_stage_YYYYMMDDHH`` (or the sample stage table).
+- :func:`day_completeness`: is every hour of a day built, balanced and staged?
+- :func:`publish_day`: one copy job of the day's stage tables into ``pageviews$YYYYMMDD``
+  (``WRITE_TRUNCATE``): the day partition is replaced atomically, once per content.
+"""
+
+import dataclasses
+import datetime as dt
+import logging
+
+from bq_platform.lib.hours import day_hours
+from bq_platform.lib.jobids import day_fingerprint, day_partition, hour_partition, job_id, job_labels
+from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
+from bq_platform.lib.layout import hour_label, hour_manifest_key
+from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.quota import JobBudget
+from bq_platform.lib.warehouse.base import CopyJob, LoadJob, Warehouse
+from bq_platform.lib.warehouse.schema import (
+    PAGEVIEWS_SAMPLE_TABLE,
+    PAGEVIEWS_TABLE,
+    TableSpec,
+    pageviews_sample_spec,
+    pageviews_spec,
+    stage_spec,
+)
+
+KINDS = ("full", "sample")
+
+
+def published_spec(kind: str, require_partition_filter: bool) -> TableSpec:
+    """Spec of the published table of ``kind`` (``full`` -> pageviews, ``sample``)."""
+    if kind == "full":
+        return pageviews_spec(require_partition_filter)
+    if kind == "sample":
+        return pageviews_sample_spec(require_partition_filter)
+    raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+def expected_rows(manifest: HourManifest, kind: str) -> int:
+    """Rows the hour's ``kind`` files hold according to its manifest."""
+    return manifest.rows if kind == "full" else manifest.sample_rows
+
+
+def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
+    """The hour's manifest, or None if the hour was never built."""
+    key = hour_manifest_key(hour)
+    if not store.exists(key):
+        return None
+    return HourManifest.from_json(store.read_bytes(key), where=store.uri(key))
+
+
+@dataclasses.dataclass(frozen=True)
+class StageResult:
+    """Outcome of one hour's load: the job and the rows found in the stage table afterwards."""
+
+    hour: dt.datetime
+    table: str
+    outcome: JobOutcome
+    table_rows: int | None
+    expected_rows: int
+
+    @property
+    def matches(self) -> bool:
+        return self.table_rows == self.expected_rows
+
+
+def load_stage_hour(
+    warehouse: Warehouse,
+    store: ObjectStore,
+    manifest: HourManifest,
+    kind: str,
+    *,
+    asset: str,
+    run_id: str,
+    budget: JobBudget | None = None,
+    log: logging.Logger | None = None,
+) -> StageResult:
+    """Load the hour's ``kind`` Parquet files into its stage table, at most once per content.
+
+    Raises:
+        JobFailedError: if the load job fails (bad Parquet, schema drift).
+        QuotaBudgetExceededError: if the stage table's daily budget is spent.
+    """
+    spec = stage_spec(kind, manifest.hour)
+    warehouse.ensure_table(spec)
+    files = manifest.full_files if kind == "full" else manifest.sample_files
+    uris = tuple(store.uri(key) for key in files)
+    partition = hour_partition(manifest.hour)
+    fingerprint = manifest.fingerprint
+
+    def make_job(generation: int) -> LoadJob:
+        return LoadJob(
+            job_id=job_id("load", spec.name, partition, fingerprint, generation),
+            destination=spec.name,
+            source_uris=uris,
+            spec=spec,
+            write_disposition="WRITE_TRUNCATE",
+            labels=job_labels(asset, partition, run_id, fingerprint),
+        )
+
+    outcome = run_idempotent_job(
+        warehouse, make_job, fingerprint=fingerprint, partition=partition, budget=budget, log=log
+    )
+    return StageResult(
+        hour=manifest.hour,
+        table=spec.name,
+        outcome=outcome,
+        table_rows=warehouse.table_rows(spec.name),
+        expected_rows=expected_rows(manifest, kind),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DayCompleteness:
+    """Which hours of a day are ready to publish.
+
+    Attributes:
+        day: the UTC day.
+        manifests: hour -> manifest, for the hours that were built.
+        problems: hour -> reasons it is not ready (missing build, unbalanced accounting,
+            stage rows differ from the manifest, audit not written).
+    """
+
+    day: dt.date
+    manifests: dict[dt.datetime, HourManifest]
+    problems: dict[dt.datetime, list[str]]
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def describe(self, limit: int = 10) -> str:
+        items = sorted(self.problems.items())
+        text = "; ".join(f"{hour_label(h)}: {', '.join(p)}" for h, p in items[:limit])
+        return text + (f"; and {len(items) - limit} more hours" if len(items) > limit else "")
+
+
+def day_completeness(
+    warehouse: Warehouse, store: ObjectStore, day: dt.date, kind: str
+) -> DayCompleteness:
+    """Check every hour of ``day``: built, accounting balanced, audited, stage rows as written.
+
+    Reads manifests and table metadata only (no table scans).
+    """
+    manifests: dict[dt.datetime, HourManifest] = {}
+    problems: dict[dt.datetime, list[str]] = {}
+    hours = day_hours(day)
+    audit = warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+    audited = {(row["hour"], row["fingerprint"]) for row in audit}
+    for hour in hours:
+        manifest = read_hour_manifest(store, hour)
+        if manifest is None:
+            problems[hour] = ["not built (no hour manifest)"]
+            continue
+        manifests[hour] = manifest
+        reasons = []
+        bad = [c.site for c in manifest.counts if not c.balanced]
+        if bad:
+            reasons.append(f"accounting does not balance for {', '.join(bad)}")
+        if manifest.file_mismatches:
+            reasons.append(f"{len(manifest.file_mismatches)} files disagree with their manifests")
+        if (hour, manifest.fingerprint) not in audited:
+            reasons.append("audit rows missing or from another build")
+        table = stage_spec(kind, hour).name
+        rows = warehouse.table_rows(table)
+        want = expected_rows(manifest, kind)
+        if rows is None:
+            reasons.append(f"stage table {table} missing")
+        elif rows != want:
+            reasons.append(f"stage table {table} has {rows} rows, manifest says {want}")
+        if reasons:
+            problems[hour] = reasons
+    return DayCompleteness(day, manifests, problems)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishResult:
+    """Outcome of a day's publish."""
+
+    day: dt.date
+    table: str
+    destination: str
+    hours: int
+    fingerprint: str
+    outcome: JobOutcome
+    expected_rows: int
+    partition_rows: int
+
+
+def publish_day(
+    warehouse: Warehouse,
+    completeness: DayCompleteness,
+    kind: str,
+    *,
+    asset: str,
+    run_id: str,
+    require_partition_filter: bool,
+    budget: JobBudget | None = None,
+    log: logging.Logger | None = None,
+) -> PublishResult:
+    """Copy the day's stage tables into ``<table>$YYYYMMDD`` with one WRITE_TRUNCATE copy job.
+
+    Only hours with a manifest and no problem are copied (the caller decides whether an
+    incomplete day may be published at all).
+
+    Raises:
+        ValueError: if no hour of the day is publishable.
+        JobFailedError / QuotaBudgetExceededError: see :func:`~bq_platform.lib.jobs.run_idempotent_job`.
+    """
+    spec = published_spec(kind, require_partition_filter)
+    warehouse.ensure_table(spec)
+    ready = {
+        h: m for h, m in completeness.manifests.items() if h not in completeness.problems
+    }
+    if not ready:
+        raise ValueError(f"no hour of {completeness.day} is ready to publish into {spec.name}")
+    day = completeness.day
+    partition = day_partition(day)
+    fingerprint = day_fingerprint({hour_label(h): m.fingerprint for h, m in ready.items()})
+    sources = tuple(stage_spec(kind, h).name for h in sorted(ready))
+    destination = f"{spec.name}${partition}"
+
+    def make_job(generation: int) -> CopyJob:
+        return CopyJob(
+            job_id=job_id("copy", spec.name, partition, fingerprint, generation),
+            sources=sources,
+            destination=destination,
+            write_disposition="WRITE_TRUNCATE",
+            labels=job_labels(asset, partition, run_id, fingerprint),
+        )
+
+    outcome = run_idempotent_job(
+        warehouse, make_job, fingerprint=fingerprint, partition=partition, budget=budget, log=log
+    )
+    return PublishResult(
+        day=day,
+        table=spec.name,
+        destination=destination,
+        hours=len(ready),
+        fingerprint=fingerprint,
+        outcome=outcome,
+        expected_rows=sum(expected_rows(m, kind) for m in ready.values()),
+        partition_rows=warehouse.partition_rows(spec.name, day),
+    )
+
+
+TABLE_FOR_KIND = {"full": PAGEVIEWS_TABLE, "sample": PAGEVIEWS_SAMPLE_TABLE}

@@ -1,0 +1,34 @@
+"""Summaries of accounting counts for logs, Dagster metadata and the CLI."""
+
+from collections.abc import Iterable
+
+from bq_platform.lib.accounting import SiteHourCounts
+
+COUNT_FIELDS = (
+    "source_lines", "pageviews", "non_page_hits", "rejected", "duplicates", "out_of_window",
+    "sample_rows",
+)
+
+
+def totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:
+    """Sum of each count field over ``counts`` (line counts)."""
+    out = dict.fromkeys(COUNT_FIELDS, 0)
+    for c in counts:
+        for field in COUNT_FIELDS:
+            out[field] += getattr(c, field)
+    return out
+
+
+def counts_markdown(counts: Iterable[SiteHourCounts], max_rows: int = 200) -> str:
+    """A Markdown table of non-empty site-hours (the Dagster UI renders it)."""
+    rows = [c for c in counts if c.source_lines or c.accounted]
+    header = "| site | hour (UTC) | " + " | ".join(COUNT_FIELDS) + " | balanced |"
+    lines = [header, "|" + "---|" * (len(COUNT_FIELDS) + 3)]
+    for c in rows[:max_rows]:
+        values = " | ".join(str(getattr(c, f)) for f in COUNT_FIELDS)
+        lines.append(f"| {c.site} | {c.hour:%Y-%m-%dT%H} | {values} | {'yes' if c.balanced else '**NO**'} |")
+    if len(rows) > max_rows:
+        lines.append(f"\n{len(rows) - max_rows} more site-hours not shown")
+    if not rows:
+        lines.append("| (no landed data in these hours) |" + " |" * (len(COUNT_FIELDS) + 2))
+    return "\n".join(lines)

@@ -1,0 +1,223 @@
+"""The pageview transform: raw access-log lines in, one classified row per line out.
+
+Pure Spark, native SQL functions only (no Python UDF, so rows never leave the JVM), and no
+function that throws on bad input (Spark 4 runs in ANSI mode: ``try_cast``,
+``try_to_timestamp``, ``get`` instead of ``cast``, ``to_timestamp``, ``[]``). Every input row
+gives exactly one output row; nothing is filtered here.
+
+Input columns (:data:`INPUT_COLUMNS`)::
+
+    site STRING, hour_label STRING 'YYYY-MM-DDTHH' (the partition's UTC hour),
+    data_key STRING, file_sha256 STRING, line_no BIGINT (1-based), raw STRING
+
+Output columns (:data:`OUTPUT_COLUMNS`): ``hour_label, data_key, line_no, category, reason,
+raw``, then the pageview columns in :data:`bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS`
+order and types (``event_id`` ... ``user_agent``, ``status``/``response_bytes`` BIGINT), then
+``in_sample`` BOOLEAN.
+
+- ``category``: :data:`CATEGORY_PAGE` (stored in ``pageviews``), :data:`CATEGORY_NON_PAGE`
+  (well-formed, not a page: counted only), :data:`CATEGORY_REJECTED` (unparseable),
+  :data:`CATEGORY_OUT_OF_WINDOW` (timestamp outside ``hour_label``).
+- ``reason``: null for pages and non-pages, else a code of :mod:`bq_platform.lib.logformat`
+  (``out_of_window`` for that category).
+- ``raw``: the line as valid UTF-8 (invalid bytes replaced by U+FFFD), ``\\r`` kept.
+- pageview columns: complete for pages; for other rows they hold what could be parsed (nulls
+  otherwise) and are not stored. ``event_id`` = hex SHA-256 of ``file_sha256 + ':' + line_no``,
+  stable across re-runs; ``visitor_id`` is null when the line has no host.
+- ``in_sample``: the line's visitor is in the 1-in-200 sample (false when there is no visitor).
+
+Parsing follows :mod:`bq_platform.lib.logformat` (whose Python :func:`parse_line` is the
+reference), pages :mod:`bq_platform.lib.pages`, visitors :mod:`bq_platform.lib.pseudonymize`.
+
+Speed: each regular expression runs once per line. Instead of one ``regexp_extract`` per group
+(which re-runs the whole match for each of 9 groups), the line is rewritten by
+``regexp_replace`` into its groups joined by NUL and split; on 2.04 M real lines (local[2]) the
+line parse took 5.0-6.5 s this way against 19-25 s with nine ``regexp_extract`` calls. NUL and
+U+0001 in a line are replaced by U+FFFD before parsing so that they cannot be confused with the
+separator.
+"""
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from bq_platform.lib import logformat as lf
+from bq_platform.lib.pages import is_page_column
+from bq_platform.lib.pseudonymize import in_sample_column, visitor_id_column
+from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
+
+#: Bump whenever the output for the same input changes (it is part of every hour's fingerprint,
+#: hence of the load job IDs: a new version reloads, an unchanged one is skipped).
+TRANSFORM_VERSION = "pageviews-transform/1"
+
+CATEGORY_PAGE = "page"
+CATEGORY_NON_PAGE = "non_page"
+CATEGORY_REJECTED = "rejected"
+CATEGORY_OUT_OF_WINDOW = "out_of_window"
+CATEGORIES: tuple[str, ...] = (
+    CATEGORY_PAGE, CATEGORY_NON_PAGE, CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW,
+)
+
+INPUT_COLUMNS: tuple[str, ...] = ("site", "hour_label", "data_key", "file_sha256", "line_no", "raw")
+PAGEVIEW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in PAGEVIEW_COLUMNS)
+OUTPUT_COLUMNS: tuple[str, ...] = (
+    ("hour_label", "data_key", "line_no", "category", "reason", "raw")
+    + PAGEVIEW_COLUMN_NAMES
+    + ("in_sample",)
+)
+
+_SEP = "\x00"  # field separator of the rewritten line; cannot occur (see clean_line)
+_MARK = "\x01"  # last element of a rewritten line: the pattern matched
+_SECONDS_PER_HOUR = 3600
+_SECONDS_PER_DAY = 86400
+_STATUS_TOKEN = lf.java_regex(r"\d{3}")
+_BYTES_TOKEN = lf.java_regex(r"\d+|-")
+
+
+def _groups(text: Column, pattern: str, groups: int) -> Column:
+    """``array<string>``: the pattern's groups then :data:`_MARK` if ``text`` fully matches it.
+
+    An unmatched optional group gives ``''``. A text that does not match comes back as a
+    one-element array (it contains no separator), so ``get(_, groups)`` is null.
+    """
+    replacement = _SEP.join(f"${i}" for i in range(1, groups + 1)) + _SEP + _MARK
+    return F.split(F.regexp_replace(text, lf.java_regex(pattern), replacement), _SEP)
+
+
+def _matched(parts: Column, groups: int) -> Column:
+    return F.coalesce(F.get(parts, groups) == F.lit(_MARK), F.lit(False))
+
+
+def _optional(value: Column) -> Column:
+    """Null for '', '-' and null (Combined fields)."""
+    return F.when(~value.isin("", "-"), value)
+
+
+def _diagnose(line: Column) -> Column:
+    """Reason code for a line that does not match :data:`logformat.LINE_PATTERN`."""
+    loose = _groups(line, lf.LOOSE_LINE_PATTERN, 9)
+    blank = F.length(F.trim(line, F.lit(lf.BLANK_CHARS))) == 0
+    return (
+        F.when(blank, F.lit(lf.REASON_EMPTY_LINE))
+        .when(~_matched(loose, 9), F.lit(lf.REASON_MALFORMED))
+        .when(~F.get(loose, 5).rlike(_STATUS_TOKEN), F.lit(lf.REASON_BAD_STATUS))
+        .when(~F.get(loose, 6).rlike(_BYTES_TOKEN), F.lit(lf.REASON_BAD_BYTES))
+        .otherwise(F.lit(lf.REASON_MALFORMED))
+    )
+
+
+def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
+    """Classify and parse access-log lines (see the module docstring for the columns).
+
+    Args:
+        lines: a DataFrame with at least :data:`INPUT_COLUMNS`; other columns are dropped.
+        visitor_key: the pseudonymization key (see :mod:`bq_platform.lib.pseudonymize`).
+
+    Returns:
+        A DataFrame with :data:`OUTPUT_COLUMNS`, one row per input row, same partitioning
+        (the transform is narrow: no shuffle).
+
+    Raises:
+        ValueError: if a column is missing or the key is empty (at plan time, not per row).
+    """
+    missing = [c for c in INPUT_COLUMNS if c not in lines.columns]
+    if missing:
+        raise ValueError(f"transform_lines: input lacks columns {missing}; has {lines.columns}")
+    spark = lines.sparkSession
+    meta = [F.col(c) for c in ("site", "hour_label", "data_key", "file_sha256", "line_no")]
+
+    # Stage 1: valid UTF-8, one trailing CR stripped, separators neutralised.
+    valid = lines.select(*meta, F.make_valid_utf8(F.col("raw")).alias("raw"))
+    raw = F.col("raw")
+    no_cr = F.when(raw.endswith("\r"), raw.substr(F.lit(1), F.length(raw) - 1)).otherwise(raw)
+    has_separator = F.lit(False)
+    for char in lf.SEPARATOR_CHARS:  # a byte search; translate() costs ~3 us on every line
+        has_separator = has_separator | F.contains(raw, F.lit(char))
+    neutral = F.translate(no_cr, lf.SEPARATOR_CHARS, lf.REPLACEMENT_CHAR * len(lf.SEPARATOR_CHARS))
+    cleaned = valid.select(
+        *meta, raw, F.when(has_separator, neutral).otherwise(no_cr).alias("line")
+    )
+
+    # Stage 2: the line pattern, once per line.
+    split = cleaned.select(
+        *meta, "raw", "line", _groups(F.col("line"), lf.LINE_PATTERN, 9).alias("f")
+    )
+    f = F.col("f")
+    matched = _matched(f, 9)
+    field = [F.when(matched, F.get(f, i)) for i in range(9)]
+    bytes_value = F.when(field[6] != "-", field[6].try_cast("bigint"))
+    fields = split.select(
+        *meta, "raw",
+        matched.alias("matched"),
+        F.when(~matched, _diagnose(F.col("line"))).alias("parse_reason"),
+        field[0].alias("host"),
+        F.try_to_timestamp(field[3], F.lit(lf.SPARK_TIMESTAMP_FORMAT)).alias("ts_raw"),
+        field[4].alias("request"),
+        field[5].try_cast("bigint").alias("status"),
+        bytes_value.alias("response_bytes"),
+        (field[6].isNotNull() & (field[6] != "-") & bytes_value.isNull()).alias("bad_bytes"),
+        _optional(field[7]).alias("referrer"),
+        _optional(field[8]).alias("user_agent"),
+    )
+
+    # Stage 3: the request pattern, once per line; time arithmetic without the session zone.
+    ts_raw = F.col("ts_raw")
+    in_range = F.unix_seconds(ts_raw).between(lf.MIN_UNIX_SECONDS, lf.MAX_UNIX_SECONDS)
+    with_ts = fields.withColumn("event_ts", F.when(in_range, ts_raw)).drop("ts_raw")
+    r = _groups(F.col("request"), lf.REQUEST_PATTERN, 3)
+    secs = F.unix_seconds(F.col("event_ts"))
+    epoch_day = F.floor(secs / _SECONDS_PER_DAY).cast("int")
+    parsed = with_ts.select(
+        *meta, "raw", "matched", "parse_reason", "host", "event_ts", "status", "response_bytes",
+        "bad_bytes", "referrer", "user_agent",
+        r.alias("r"),
+        F.date_from_unix_date(epoch_day).alias("event_date"),
+        F.floor(secs / _SECONDS_PER_HOUR).alias("epoch_hour"),
+    )
+    r = F.col("r")
+    is_request = _matched(r, 3)
+    target = F.when(is_request, F.get(r, 1))
+    has_query = F.instr(target, "?") > 0
+    event_hour_label = F.concat(
+        F.col("event_date").cast("string"),
+        F.lit("T"),
+        F.lpad(F.pmod(F.col("epoch_hour"), F.lit(24)).cast("string"), 2, "0"),
+    )
+    requests = parsed.select(
+        *meta, "raw", "matched", "parse_reason", "host", "event_ts", "event_date", "status",
+        "response_bytes", "bad_bytes", "referrer", "user_agent",
+        F.when(is_request, F.get(r, 0)).alias("http_method"),
+        F.substring_index(target, "?", 1).alias("page_path"),
+        F.when(has_query, target.substr(F.instr(target, "?") + 1, F.length(target)))
+        .alias("query_string"),
+        F.when(is_request & (F.get(r, 2) != ""), F.get(r, 2)).alias("http_protocol"),
+        F.coalesce(event_hour_label == F.col("hour_label"), F.lit(False)).alias("in_window"),
+        visitor_id_column(F.col("host"), visitor_key, spark).alias("visitor_id"),
+        F.sha2(
+            F.concat(F.col("file_sha256"), F.lit(":"), F.col("line_no").cast("string")), 256
+        ).alias("event_id"),
+    )
+
+    # Stage 4: classification.
+    reject_reason = (
+        F.when(~F.col("matched"), F.col("parse_reason"))
+        .when(F.col("bad_bytes"), F.lit(lf.REASON_BAD_BYTES))
+        .when(F.col("event_ts").isNull(), F.lit(lf.REASON_BAD_TIMESTAMP))
+    )
+    page = is_page_column(F.col("http_method"), F.col("page_path"), F.col("status"))
+    category = (
+        F.when(reject_reason.isNotNull(), F.lit(CATEGORY_REJECTED))
+        .when(~F.col("in_window"), F.lit(CATEGORY_OUT_OF_WINDOW))
+        .when(page, F.lit(CATEGORY_PAGE))
+        .otherwise(F.lit(CATEGORY_NON_PAGE))
+    )
+    classified = requests.withColumn("category", category).withColumn(
+        "reason",
+        F.when(F.col("category") == CATEGORY_REJECTED, reject_reason).when(
+            F.col("category") == CATEGORY_OUT_OF_WINDOW, F.lit(lf.REASON_OUT_OF_WINDOW)
+        ),
+    )
+    return classified.select(
+        "hour_label", "data_key", "line_no", "category", "reason", "raw",
+        *PAGEVIEW_COLUMN_NAMES,
+        in_sample_column(F.col("visitor_id")).alias("in_sample"),
+    )

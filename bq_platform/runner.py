@@ -1,0 +1,183 @@
+"""Runs the pipeline's Dagster jobs in-process for ``bq-platform run`` and prints summaries.
+
+Each day is two Dagster runs recorded in the instance (``$DAGSTER_HOME``): the hourly job over
+the day's hours (one Spark session, per the assets' backfill policy), then the daily publish.
+A day whose publish records already name its current content is skipped (see
+:mod:`bq_platform.lib.planning`), so a second ``bq-platform run`` changes nothing.
+"""
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import dagster as dg
+
+from bq_platform.lib.hours import day_hours, hour_partition_key
+from bq_platform.lib.landing_index import LandingIndex, scan_landing
+from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.planning import plan_day
+from bq_platform.lib.warehouse.base import Warehouse
+
+HOURLY_JOB = "pageviews_hourly_job"
+DAILY_JOB = "pageviews_daily_job"
+PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
+# The console shows INFO and up; DEBUG events (every step output) stay in the instance/UI.
+CONSOLE_LOGGING = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+
+
+@dataclasses.dataclass
+class PipelineRunner:
+    """Plans and executes runs; ``echo`` prints user-facing lines (click.echo in the CLI)."""
+
+    definitions: dg.Definitions
+    store: ObjectStore
+    warehouse: Warehouse
+    visitor_key: str
+    echo: Callable[[str], Any] = print
+    processed_days: list[dt.date] = dataclasses.field(default_factory=list)
+    check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    @classmethod
+    def from_environment(cls, env: str, echo: Callable[[str], Any] = print) -> "PipelineRunner":
+        """Build from the code location's definitions and the resources of ``env``."""
+        from bq_platform.defs.resources import build_resources
+        from bq_platform.definitions import defs
+
+        resources = build_resources(env)
+        settings = resources["settings"]
+        return cls(
+            definitions=defs(),
+            store=resources["object_store"].get_store(),
+            warehouse=resources["warehouse"].get_warehouse(),
+            visitor_key=settings.visitor_key,
+            echo=echo,
+        )
+
+    def index(self) -> LandingIndex:
+        return scan_landing(self.store)
+
+    def all_days(self) -> list[dt.date]:
+        return self.index().days()
+
+    def run(
+        self,
+        hours: Sequence[dt.datetime] | None = None,
+        allow_incomplete: bool = False,
+        force: bool = False,
+    ) -> bool:
+        """Process ``hours`` (grouped by day), or every due day; True if every run succeeded."""
+        index = self.index()
+        if hours is None:
+            days = index.days()
+            if not days:
+                self.echo("the landing zone is empty: land files first (bq-platform land)")
+                return True
+            plans = [plan_day(d, index, self.store, self.warehouse, self.visitor_key) for d in days]
+            for plan in plans:
+                self.echo(f"{plan.day}: {'due' if plan.due or force else 'skip'} ({plan.reason})")
+            todo = {p.day: day_hours(p.day) for p in plans if p.due or force}
+        else:
+            todo = {}
+            for hour in hours:
+                todo.setdefault(hour.date(), []).append(hour)
+        ok = True
+        self.warehouse.close()  # release the file: the runs open their own connections
+        for day, day_hours_ in sorted(todo.items()):
+            ok &= self._run_day(day, day_hours_, allow_incomplete)
+        return ok
+
+    def _run_day(self, day: dt.date, hours: Sequence[dt.datetime], allow_incomplete: bool) -> bool:
+        instance = dg.DagsterInstance.get()
+        first, last = hour_partition_key(hours[0]), hour_partition_key(hours[-1])
+        self.echo(f"{day}: building hours {first} .. {last}")
+        hourly = self.definitions.resolve_job_def(HOURLY_JOB).execute_in_process(
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+                "bq_platform/trigger": "cli",
+            },
+            run_config=CONSOLE_LOGGING,
+            raise_on_error=False,
+        )
+        self.processed_days.append(day)
+        checks = self._record_checks(day, hourly)
+        if not hourly.success:
+            self.echo(f"{day}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}")
+            return False
+        self.echo(f"{day}: publishing")
+        config = {"allow_incomplete_hours": allow_incomplete}
+        daily = self.definitions.resolve_job_def(DAILY_JOB).execute_in_process(
+            instance=instance,
+            partition_key=day.isoformat(),
+            run_config={
+                **CONSOLE_LOGGING,
+                "ops": {op: {"config": config} for op in PUBLISH_OPS},
+            },
+            tags={"bq_platform/trigger": "cli"},
+            raise_on_error=False,
+        )
+        checks += self._record_checks(day, daily)
+        if not daily.success:
+            self.echo(f"{day}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
+            return False
+        failed = [c for c in checks if not c[2]]
+        self.echo(
+            f"{day}: done (runs {hourly.run_id[:8]}, {daily.run_id[:8]}); "
+            f"{len(checks) - len(failed)}/{len(checks)} checks passed"
+        )
+        return True
+
+    def _record_checks(self, day: dt.date, result: Any) -> list[tuple[str, str, bool]]:
+        checks = [
+            (e.asset_key.to_user_string(), e.check_name, e.passed)
+            for e in result.get_asset_check_evaluations()
+        ]
+        self.check_results.setdefault(day, []).extend(checks)
+        return checks
+
+    @staticmethod
+    def _failure(result: Any) -> str:
+        for event in result.all_events:
+            if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+                error = event.step_failure_data.error
+                cause = error.cause.message.strip() if error.cause else ""
+                return f"{event.step_key}: {error.message.strip()} {cause}".strip()
+        return "see the run's logs"
+
+    def print_summary(self, days: Iterable[dt.date]) -> None:
+        """Per day and site: source lines, pageviews, non-page hits, rejected, duplicates,
+        out of window, balanced hours, and the check results of this invocation's runs."""
+        days = sorted(set(days))
+        if not days:
+            return
+        header = (
+            f"{'day':<10} {'site':<16} {'source':>8} {'pages':>8} {'non-page':>8} "
+            f"{'rejected':>8} {'dupes':>6} {'out-win':>7} {'sample':>6} {'hours ok':>9}"
+        )
+        self.echo("\n" + header)
+        self.echo("-" * len(header))
+        for day in days:
+            hours = day_hours(day)
+            rows = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+            by_site: dict[str, list[dict[str, Any]]] = {}
+            for row in rows:
+                by_site.setdefault(row["site"], []).append(row)
+            for site, site_rows in sorted(by_site.items()):
+                s = {k: sum(r[k] for r in site_rows) for k in (
+                    "source_lines", "pageviews", "non_page_hits", "rejected", "duplicates",
+                    "out_of_window", "sample_rows")}
+                ok = sum(
+                    r["source_lines"] == r["pageviews"] + r["non_page_hits"] + r["rejected"]
+                    + r["duplicates"] + r["out_of_window"] for r in site_rows
+                )
+                self.echo(
+                    f"{day!s:<10} {site:<16} {s['source_lines']:>8} {s['pageviews']:>8} "
+                    f"{s['non_page_hits']:>8} {s['rejected']:>8} {s['duplicates']:>6} "
+                    f"{s['out_of_window']:>7} {s['sample_rows']:>6} {ok:>4}/{len(site_rows):<4}"
+                )
+            for asset, check, passed in self.check_results.get(day, []):
+                self.echo(f"{'':<10} check {asset}:{check}: {'passed' if passed else 'FAILED'}")

@@ -1,0 +1,70 @@
+"""The definitions load under both environments, with the same resource keys."""
+
+import dagster as dg
+import pytest
+
+from bq_platform.defs.resources import (
+    BigQueryWarehouseResource,
+    DuckDBWarehouseResource,
+    GCSObjectStoreResource,
+    LocalObjectStoreResource,
+    build_resources,
+)
+
+EXPECTED_ASSETS = {
+    "landing/pageview_logs",
+    "lake/pageview_files",
+    "warehouse/pageviews_stage",
+    "warehouse/pageviews_sample_stage",
+    "warehouse/pageviews_audit",
+    "warehouse/pageviews",
+    "warehouse/pageviews_sample",
+}
+
+
+def load_defs() -> dg.Definitions:
+    from bq_platform.definitions import defs
+
+    return defs()
+
+
+def test_local_definitions_load_with_every_asset_check_job_and_sensor(monkeypatch, tmp_path):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    defs = load_defs()
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert EXPECTED_ASSETS <= keys
+    checks = {(k.asset_key.to_user_string(), k.name) for k in repo.asset_graph.asset_check_keys}
+    assert ("lake/pageview_files", "accounting_identity") in checks
+    assert ("warehouse/pageviews_stage", "stage_matches_manifest") in checks
+    assert ("warehouse/pageviews", "day_equals_sum_of_hours") in checks
+    assert ("warehouse/pageviews_sample", "sample_ratio") in checks
+    assert defs.resolve_job_def("pageviews_hourly_job") is not None
+    assert defs.resolve_job_def("pageviews_daily_job") is not None
+    assert defs.resolve_sensor_def("landing_sensor") is not None
+    assert defs.resolve_schedule_def("pageviews_daily_schedule") is not None
+    assert isinstance(defs.resources["warehouse"], DuckDBWarehouseResource)
+    assert isinstance(defs.resources["object_store"], LocalObjectStoreResource)
+
+
+def test_hourly_assets_run_a_day_per_run():
+    from bq_platform.defs.pageviews.assets import pageview_files
+
+    policy = pageview_files.backfill_policy
+    assert policy is not None and policy.max_partitions_per_run == 24
+
+
+def test_prod_resources_have_the_same_keys_and_read_env_at_run_time(monkeypatch):
+    local, prod = build_resources("local"), build_resources("prod")
+    assert local.keys() == prod.keys()
+    assert isinstance(prod["warehouse"], BigQueryWarehouseResource)
+    assert isinstance(prod["object_store"], GCSObjectStoreResource)
+    monkeypatch.setenv("BQ_PLATFORM_ENV", "prod")
+    defs = load_defs()  # no network call while loading
+    assert isinstance(defs.resources["warehouse"], BigQueryWarehouseResource)
+
+
+def test_unknown_environment_is_refused():
+    with pytest.raises(ValueError, match="BQ_PLATFORM_ENV"):
+        build_resources("staging")

@@ -1,0 +1,546 @@
+"""Pytest fixtures and helpers for testing the Google Cloud adapters offline.
+
+Two emulators run as subprocesses on loopback (127.0.0.1, free ports picked at start-up), one of
+each per test session:
+
+- ``gcp-storage-emulator`` (GCS JSON API)::
+
+      python -m gcp_storage_emulator -d <data-dir> start --host 127.0.0.1 --port <port> -q
+
+  Objects live on disk under ``<data-dir>/.cloudstorage/<bucket>/<name>``. Clients reach it with
+  ``client_options={"api_endpoint": "http://127.0.0.1:<port>"}`` (or ``STORAGE_EMULATOR_HOST``).
+- ``bqemulator`` (BigQuery REST, DuckDB inside)::
+
+      HOME=<home> BQEMU_GCS_LOCAL_ROOT=<data-dir>/.cloudstorage BQEMU_LOG_LEVEL=warning \\
+      python -m bqemulator start --rest-host 127.0.0.1 --rest-port <port> \\
+          --grpc-host 127.0.0.1 --grpc-port 0 --project bqp-emulator --ephemeral
+
+  At start-up it runs DuckDB's ``INSTALL spatial`` (and, best effort, ``INSTALL avro``), which
+  downloads unless the extension is already installed. Offline, :func:`prepare_duckdb_home`
+  links the files shipped in the PyPI wheels ``duckdb-extension-spatial`` and
+  ``duckdb-extension-avro`` into ``<home>/.duckdb/extensions/<duckdb version>/<platform>/``,
+  where DuckDB looks by default, and the emulator starts with ``HOME=<home>``. It resolves
+  ``gs://bucket/path`` as the local file ``$BQEMU_GCS_LOCAL_ROOT/bucket/path``; pointing that
+  at the GCS emulator's ``.cloudstorage`` folder makes Parquet written through the GCS emulator
+  loadable by BigQuery load jobs.
+
+Readiness is polled (``GET /storage/v1/b`` and ``GET /readyz``) for at most
+:data:`STARTUP_TIMEOUT_S`; the processes are terminated at the end of the session. Logs go to
+files next to the data (named in start-up errors).
+
+:class:`RecordingSession` is an HTTP session for the official clients (``Client(_http=...)``)
+that records every request and can answer selected ones itself: it captures the exact job
+resources sent (``jobs.insert`` bodies are ``job.to_api_repr()``), and :class:`SimulatedJobs`
+answers what the emulator cannot (partition decorators, 409 on a reused job ID, failed jobs)
+the way BigQuery does.
+"""
+
+import contextlib
+import copy
+import dataclasses
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+
+STARTUP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+BQ_PROJECT = "bqp-emulator"
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port that is free on loopback right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _require(module: str, package: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{package} is not installed (pip install -e '.[test]')")
+
+
+def prepare_duckdb_home(home: Path) -> Path:
+    """Install DuckDB's spatial and avro extensions from their PyPI wheels under ``home``.
+
+    Returns:
+        The extension directory ``<home>/.duckdb/extensions/v<version>/<platform>``.
+
+    Raises:
+        RuntimeError: if a wheel lacks the file for this DuckDB version.
+    """
+    import duckdb
+
+    version = duckdb.__version__
+    version_dir = f"v{version}" if not version.startswith("v") else version
+    with duckdb.connect() as con:
+        platform = con.execute("PRAGMA platform").fetchone()[0]
+    target = home / ".duckdb" / "extensions" / version_dir / platform
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("spatial", "avro"):
+        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"install duckdb-extension-{name}=={version} (PyPI)")
+        source = (
+            Path(next(iter(spec.submodule_search_locations)))
+            / "extensions"
+            / version_dir
+            / f"{name}.duckdb_extension"
+        )
+        if not source.is_file():
+            raise RuntimeError(
+                f"{source} missing: duckdb-extension-{name} must match duckdb {version}"
+            )
+        link = target / source.name
+        if not link.exists():
+            try:
+                link.symlink_to(source)
+            except OSError:
+                shutil.copyfile(source, link)
+    return target
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"{proc.args!r} exited with {proc.returncode}; log: {log_path}\n"
+                + log_path.read_text(errors="replace")[-4000:]
+            )
+        try:
+            with _DIRECT.open(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    _stop(proc)
+    raise RuntimeError(
+        f"{url} not ready after {timeout_s:.0f} s; log: {log_path}\n"
+        + log_path.read_text(errors="replace")[-4000:]
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def _process(
+    cmd: list[str], env: dict[str, str], log_path: Path, ready_url: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(  # noqa: S603 - fixed argv, loopback only
+            cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        try:
+            _wait_ready(ready_url, proc, log_path, STARTUP_TIMEOUT_S)
+            yield proc
+        finally:
+            _stop(proc)
+
+
+def _base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in (
+        "STORAGE_EMULATOR_HOST",
+        "BIGQUERY_EMULATOR_HOST",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    ):
+        env.pop(var, None)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class GCSEmulator:
+    """A running gcp-storage-emulator.
+
+    Attributes:
+        endpoint: base URL, e.g. ``http://127.0.0.1:40123``.
+        data_dir: its ``--data-dir``; objects are files under ``data_dir/.cloudstorage``.
+    """
+
+    endpoint: str
+    data_dir: Path
+
+    @property
+    def storage_root(self) -> Path:
+        """``<data-dir>/.cloudstorage``, holding ``<bucket>/<object name>`` (the gs:// root)."""
+        return self.data_dir / ".cloudstorage"
+
+    def client(self) -> Any:
+        """A ``google.cloud.storage.Client`` for this emulator."""
+        from bq_platform.lib.objectstore.gcs import gcs_client
+
+        return gcs_client("bqp-emulator", emulator_host=self.endpoint)
+
+
+@dataclasses.dataclass(frozen=True)
+class BigQueryEmulator:
+    """A running bqemulator.
+
+    Attributes:
+        endpoint: REST base URL, e.g. ``http://127.0.0.1:40124``.
+        project: the emulator's default project.
+    """
+
+    endpoint: str
+    project: str
+
+    def client(self, session: requests.Session | None = None) -> Any:
+        """A ``google.cloud.bigquery.Client`` for this emulator, optionally over ``session``."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import bigquery
+
+        return bigquery.Client(
+            project=self.project,
+            location="US",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.endpoint},
+            _http=session,
+        )
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulator]:
+    """gcp-storage-emulator on a free loopback port, for the whole session."""
+    _require("gcp_storage_emulator", "gcp-storage-emulator")
+    root = tmp_path_factory.mktemp("gcs-emulator")
+    data_dir = root / "data"
+    data_dir.mkdir()
+    port = free_port()
+    endpoint = f"http://{LOOPBACK}:{port}"
+    # The official clients honour HTTP(S)_PROXY; loopback must never go through a proxy.
+    no_proxy = ",".join(p for p in (os.environ.get("NO_PROXY"), LOOPBACK, "localhost") if p)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gcp_storage_emulator",
+        "-d",
+        str(data_dir),
+        "start",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "-q",
+    ]
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        _process(cmd, _base_env(), root / "gcs-emulator.log", f"{endpoint}/storage/v1/b"),
+    ):
+        patch.setenv("NO_PROXY", no_proxy)
+        patch.setenv("no_proxy", no_proxy)
+        yield GCSEmulator(endpoint=endpoint, data_dir=data_dir)
+
+
+@pytest.fixture(scope="session")
+def bq_emulator(
+    tmp_path_factory: pytest.TempPathFactory, gcs_emulator: GCSEmulator
+) -> Iterator[BigQueryEmulator]:
+    """bqemulator on a free loopback port, reading gs:// from the GCS emulator's files."""
+    _require("bqemulator", "bqemulator")
+    root = tmp_path_factory.mktemp("bq-emulator")
+    home = root / "home"
+    prepare_duckdb_home(home)
+    port = free_port()
+    endpoint = f"http://{LOOPBACK}:{port}"
+    env = _base_env()
+    env.update(
+        {
+            "HOME": str(home),
+            "BQEMU_GCS_LOCAL_ROOT": str(gcs_emulator.storage_root),
+            "BQEMU_LOG_LEVEL": "warning",
+            "BQEMU_METRICS_ENABLED": "false",
+        }
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "bqemulator",
+        "start",
+        "--rest-host",
+        LOOPBACK,
+        "--rest-port",
+        str(port),
+        "--grpc-host",
+        LOOPBACK,
+        "--grpc-port",
+        "0",
+        "--project",
+        BQ_PROJECT,
+        "--ephemeral",
+    ]
+    with _process(cmd, env, root / "bqemulator.log", f"{endpoint}/readyz"):
+        yield BigQueryEmulator(endpoint=endpoint, project=BQ_PROJECT)
+
+
+def unique_name(prefix: str) -> str:
+    """``<prefix>_<12 hex>``: a dataset or bucket name no other test uses."""
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator: GCSEmulator) -> str:
+    """A new, empty bucket in the GCS emulator."""
+    name = unique_name("bqp").replace("_", "-")
+    gcs_emulator.client().create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def bq_dataset() -> str:
+    """A dataset name no other test uses (the warehouse creates it)."""
+    return unique_name("bqp")
+
+
+# -- HTTP recording and simulated answers ---------------------------------------------------
+
+
+@dataclasses.dataclass
+class HttpCall:
+    """One request made through a :class:`RecordingSession`.
+
+    Attributes:
+        method: HTTP method.
+        path: URL path, e.g. ``/bigquery/v2/projects/p/jobs``.
+        query: query-string parameters (first value of each).
+        body: the JSON body, parsed (None for no body).
+        status: HTTP status of the answer.
+        simulated: True if a responder answered instead of the emulator.
+    """
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    status: int = 0
+    simulated: bool = False
+
+
+Responder = Callable[[HttpCall], "requests.Response | None"]
+
+
+def json_response(
+    status: int, payload: Any, url: str = "http://simulated/", method: str = "GET"
+) -> requests.Response:
+    """A ``requests.Response`` with a JSON body, as the Google clients expect."""
+    response = requests.Response()
+    response.request = requests.Request(method, url).prepare()
+    response.status_code = status
+    response._content = json.dumps(payload).encode()
+    response.headers["Content-Type"] = "application/json; charset=UTF-8"
+    response.url = url
+    response.encoding = "utf-8"
+    return response
+
+
+class RecordingSession(requests.Session):
+    """A requests session that records calls and lets responders answer some of them.
+
+    Responders are tried in order; the first that returns a response answers, otherwise the
+    request goes to the real server (the emulator).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trust_env = False  # loopback only: ignore proxy settings
+        self.calls: list[HttpCall] = []
+        self.responders: list[Responder] = []
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        parts = urlsplit(url)
+        data = kwargs.get("data")
+        body: Any = None
+        if data:
+            try:
+                body = json.loads(data)
+            except (TypeError, ValueError):
+                body = data
+        call = HttpCall(
+            method=method.upper(),
+            path=parts.path,
+            query={k: v[0] for k, v in parse_qs(parts.query).items()},
+            body=body,
+        )
+        self.calls.append(call)
+        for responder in self.responders:
+            response = responder(call)
+            if response is not None:
+                call.status, call.simulated = response.status_code, True
+                return response
+        response = super().request(method, url, *args, **kwargs)
+        call.status = response.status_code
+        return response
+
+    def job_inserts(self) -> list[dict[str, Any]]:
+        """Bodies of ``jobs.insert`` requests for load and copy jobs, in order."""
+        return [
+            c.body
+            for c in self.calls
+            if c.method == "POST"
+            and c.path.endswith("/jobs")
+            and isinstance(c.body, dict)
+            and ({"load", "copy"} & set(c.body.get("configuration", {})))
+        ]
+
+    def table_metadata_calls(self, table: str) -> list[HttpCall]:
+        """``tables.get``/``insert``/``patch``/``update`` requests that concern ``table``."""
+        out = []
+        for c in self.calls:
+            if "/tables" not in c.path or "/jobs" in c.path:
+                continue
+            if c.path.endswith(f"/tables/{table}"):
+                out.append(c)
+            elif c.method == "POST" and c.path.endswith("/tables") and isinstance(c.body, dict):
+                if c.body.get("tableReference", {}).get("tableId") == table:
+                    out.append(c)
+        return out
+
+
+def _now_ms() -> str:
+    return str(int(dt.datetime.now(dt.UTC).timestamp() * 1000))
+
+
+class SimulatedJobs:
+    """Answers ``jobs.insert``/``jobs.get`` for selected jobs the way BigQuery does.
+
+    Used where bqemulator differs from BigQuery (each use names the gap):
+
+    - ``intercept(body)`` decides which inserted jobs are simulated (e.g. copies into
+      ``table$YYYYMMDD``, which the emulator rejects with 400); they finish DONE at once, with
+      ``statistics.copy.copiedRows = copied_rows``;
+    - a simulated job ID that is inserted again gets HTTP 409 ``duplicate`` (the emulator runs
+      the job a second time);
+    - :meth:`add_existing` plants a job (DONE, RUNNING, or failed with an ``errorResult``) that
+      ``jobs.get`` returns and ``jobs.insert`` conflicts with.
+    """
+
+    def __init__(self, intercept: Callable[[dict[str, Any]], bool], copied_rows: int = 0) -> None:
+        self.intercept = intercept
+        self.copied_rows = copied_rows
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.running_polls: dict[str, int] = {}
+        self.hidden_gets: dict[str, int] = {}
+
+    def add_existing(
+        self,
+        body: dict[str, Any],
+        *,
+        state: str = "DONE",
+        error: dict[str, str] | None = None,
+        running_polls: int = 0,
+        hidden_gets: int = 0,
+    ) -> None:
+        """Plant a job resource (what another run submitted before).
+
+        Args:
+            body: the job resource as inserted (``jobReference`` + ``configuration``).
+            state: ``DONE``, ``RUNNING`` or ``PENDING``.
+            error: an ``errorResult`` (``{"reason", "message"}``): the job failed.
+            running_polls: answer ``RUNNING`` to this many ``jobs.get`` first, then DONE.
+            hidden_gets: answer 404 to this many ``jobs.get`` first (the job was inserted by
+                another run between our lookup and our insert: the 409 race).
+        """
+        resource = self._resource(body)
+        resource["status"] = {"state": state}
+        if error is not None:
+            resource["status"] = {"state": "DONE", "errorResult": error, "errors": [error]}
+        self.jobs[body["jobReference"]["jobId"]] = resource
+        if running_polls:
+            self.running_polls[body["jobReference"]["jobId"]] = running_polls
+        if hidden_gets:
+            self.hidden_gets[body["jobReference"]["jobId"]] = hidden_gets
+
+    def _resource(self, body: dict[str, Any]) -> dict[str, Any]:
+        resource = copy.deepcopy(body)
+        job_id = resource["jobReference"]["jobId"]
+        project = resource["jobReference"].get("projectId", BQ_PROJECT)
+        resource["jobReference"].setdefault("location", "US")
+        resource["id"] = f"{project}:US.{job_id}"
+        resource["kind"] = "bigquery#job"
+        resource["status"] = {"state": "DONE"}
+        statistics: dict[str, Any] = {
+            "creationTime": _now_ms(),
+            "startTime": _now_ms(),
+            "endTime": _now_ms(),
+        }
+        if "copy" in resource.get("configuration", {}):
+            statistics["copy"] = {"copiedRows": str(self.copied_rows)}
+        resource["statistics"] = statistics
+        return resource
+
+    def __call__(self, call: HttpCall) -> requests.Response | None:
+        if call.method == "POST" and call.path.endswith("/jobs") and isinstance(call.body, dict):
+            job_id = call.body.get("jobReference", {}).get("jobId")
+            if job_id in self.jobs:
+                return json_response(
+                    409,
+                    {
+                        "error": {
+                            "code": 409,
+                            "status": "ALREADY_EXISTS",
+                            "message": f"Already Exists: Job {BQ_PROJECT}:US.{job_id}",
+                            "errors": [
+                                {
+                                    "reason": "duplicate",
+                                    "domain": "global",
+                                    "message": f"Already Exists: Job {job_id}",
+                                }
+                            ],
+                        }
+                    },
+                )
+            if self.intercept(call.body):
+                self.jobs[job_id] = self._resource(call.body)
+                return json_response(200, self.jobs[job_id])
+            return None
+        if call.method == "GET" and "/jobs/" in call.path:
+            job_id = call.path.rsplit("/", 1)[-1]
+            if self.hidden_gets.get(job_id, 0) > 0:
+                self.hidden_gets[job_id] -= 1
+                return json_response(
+                    404,
+                    {
+                        "error": {
+                            "code": 404,
+                            "message": f"Not found: Job {BQ_PROJECT}:US.{job_id}",
+                            "errors": [{"reason": "notFound", "message": "Not found"}],
+                        }
+                    },
+                )
+            if job_id in self.jobs:
+                resource = copy.deepcopy(self.jobs[job_id])
+                if self.running_polls.get(job_id, 0) > 0:
+                    self.running_polls[job_id] -= 1
+                    resource["status"] = {"state": "RUNNING"}
+                return json_response(200, resource)
+        return None

@@ -1,0 +1,741 @@
+"""The local DuckDB warehouse keeps BigQuery's table and job semantics.
+
+Small Parquet inputs are written with pyarrow (TIMESTAMP_MICROS, UTC, as Spark writes them)
+into ``tmp_path``; every test gets its own database file.
+"""
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bq_platform.lib.accounting import SiteHourCounts, audit_records
+from bq_platform.lib.warehouse.base import (
+    CopyJob,
+    JobConflictError,
+    LoadJob,
+    PublishRecord,
+    SchemaMismatchError,
+    WarehouseError,
+)
+from bq_platform.lib.warehouse.duckdb import DUCKDB_TYPES, DuckDBWarehouse
+from bq_platform.lib.warehouse.schema import (
+    AUDIT_COLUMNS_SPEC,
+    PAGEVIEW_COLUMNS,
+    Column,
+    TableSpec,
+    audit_spec,
+    pageviews_spec,
+    stage_spec,
+)
+
+UTC = dt.UTC
+HOUR = dt.datetime(1995, 8, 1, 4, tzinfo=UTC)
+DAY1 = dt.date(1995, 8, 1)
+DAY2 = dt.date(1995, 8, 2)
+ARROW = {
+    "STRING": pa.string(),
+    "INT64": pa.int64(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "DATE": pa.date32(),
+}
+PAGEVIEW_SCHEMA = pa.schema([pa.field(c.name, ARROW[c.type]) for c in PAGEVIEW_COLUMNS])
+
+
+def pageviews(hour: dt.datetime, n: int, *, site: str = "epa.gov", tag: str = "a") -> list[dict]:
+    """``n`` pageview rows in ``hour``; ``tag`` makes event IDs differ between versions."""
+    return [
+        {
+            "event_id": f"{tag}-{hour:%Y%m%d%H}-{i}",
+            "event_ts": hour + dt.timedelta(minutes=i),
+            "event_date": hour.date(),
+            "site": site,
+            "visitor_id": f"v{i % 3}",
+            "page_path": f"/page/{i}.html",
+            "query_string": None,
+            "http_method": "GET",
+            "http_protocol": "HTTP/1.0",
+            "status": 200,
+            "response_bytes": 100 + i,
+            "referrer": None,
+            "user_agent": None,
+        }
+        for i in range(n)
+    ]
+
+
+def write_parquet(path: Path, rows: Sequence[dict], schema: pa.Schema = PAGEVIEW_SCHEMA) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), path)
+    return str(path)
+
+
+def load(
+    job_id: str,
+    spec: TableSpec,
+    uris: Sequence[str],
+    destination: str | None = None,
+    disposition: str = "WRITE_TRUNCATE",
+) -> LoadJob:
+    return LoadJob(
+        job_id=job_id,
+        destination=destination or spec.name,
+        source_uris=tuple(uris),
+        spec=spec,
+        write_disposition=disposition,  # type: ignore[arg-type]
+        labels={"app": "bq_platform", "partition": f"{HOUR:%Y%m%d%H}"},
+    )
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> Iterator[DuckDBWarehouse]:
+    warehouse = DuckDBWarehouse(tmp_path / "state" / "warehouse.duckdb", lock_timeout_s=10)
+    yield warehouse
+    warehouse.close()
+
+
+def stage(
+    wh: DuckDBWarehouse, tmp_path: Path, hour: dt.datetime, rows: list[dict], job: str
+) -> str:
+    """Load ``rows`` into the hour's stage table; return the table name."""
+    spec = stage_spec("full", hour)
+    wh.ensure_table(spec)
+    uri = write_parquet(tmp_path / "in" / job / f"hour={hour:%Y-%m-%dT%H}" / "part-0.parquet", rows)
+    status = wh.submit_job(load(job, spec, [uri]))
+    assert status.succeeded, status
+    return spec.name
+
+
+def event_ids(wh: DuckDBWarehouse, table: str) -> list[str]:
+    return [r["event_id"] for r in wh.query(f"SELECT event_id FROM {table} ORDER BY event_id")]
+
+
+# ----------------------------------------------------------------------- tables
+
+
+def test_duckdb_types_cover_every_column_type() -> None:
+    for column in PAGEVIEW_COLUMNS + AUDIT_COLUMNS_SPEC:
+        assert column.type in DUCKDB_TYPES
+    assert DUCKDB_TYPES["TIMESTAMP"] == "TIMESTAMP WITH TIME ZONE"
+    assert DUCKDB_TYPES["INT64"] == "BIGINT"
+
+
+def test_ensure_table_creates_table_with_types_layout_and_parent_folder(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    spec = pageviews_spec()
+    wh.ensure_table(spec)
+
+    assert (tmp_path / "state" / "warehouse.duckdb").is_file()
+    assert wh.metadata_operations == 1
+    assert wh.table_exists("pageviews") and not wh.table_exists("pageviews_sample")
+    assert wh.table_rows("pageviews") == 0
+    assert wh.table_rows("pageviews_sample") is None
+    described = wh.describe_table("pageviews")
+    assert described is not None
+    assert described.columns == tuple(
+        dataclasses.replace(c, description="") for c in PAGEVIEW_COLUMNS
+    )
+    assert described.partition_field == "event_date"
+    assert described.clustering == ("site", "page_path")
+    assert described.require_partition_filter is True
+    assert described.fingerprint() == spec.fingerprint()
+    types = {
+        r["column_name"]: (r["data_type"], r["is_nullable"])
+        for r in wh.query(
+            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
+            "WHERE table_name = ?",
+            ["pageviews"],
+        )
+    }
+    assert types["event_ts"] == ("TIMESTAMP WITH TIME ZONE", False)
+    assert types["status"] == ("BIGINT", False)
+    assert types["event_date"] == ("DATE", False)
+    assert types["query_string"] == ("VARCHAR", True)
+
+
+def test_ensure_table_is_cached_per_fingerprint(wh: DuckDBWarehouse) -> None:
+    wh.ensure_table(pageviews_spec())
+    wh.ensure_table(pageviews_spec())
+    wh.ensure_table(pageviews_spec())
+    assert wh.metadata_operations == 1
+
+    wh.ensure_table(stage_spec("full", HOUR))
+    wh.ensure_table(stage_spec("full", HOUR))
+    assert wh.metadata_operations == 2
+
+    # A new instance (a new run) checks once, and finds the table as it should be.
+    again = DuckDBWarehouse(wh.path)
+    again.ensure_table(pageviews_spec())
+    again.ensure_table(pageviews_spec())
+    assert again.metadata_operations == 1
+
+
+def test_ensure_table_adds_nullable_column_and_keeps_rows(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    table = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "load1")
+    spec = stage_spec("full", HOUR)
+    wider = dataclasses.replace(
+        spec, columns=spec.columns + (Column("country", "STRING", "NULLABLE"),)
+    )
+
+    wh.ensure_table(wider)
+
+    assert wh.metadata_operations == 2
+    assert wh.table_rows(table) == 3
+    assert wh.query(f"SELECT DISTINCT country FROM {table}") == [{"country": None}]
+    described = wh.describe_table(table)
+    assert described is not None and described.fingerprint() == wider.fingerprint()
+
+
+def test_ensure_table_records_label_change(wh: DuckDBWarehouse) -> None:
+    wh.ensure_table(pageviews_spec())
+    relabelled = dataclasses.replace(pageviews_spec(), labels={"app": "bq_platform", "x": "y"})
+    wh.ensure_table(relabelled)
+    described = wh.describe_table("pageviews")
+    assert described is not None and described.labels == {"app": "bq_platform", "x": "y"}
+
+
+def _changed_type(spec: TableSpec) -> TableSpec:
+    cols = tuple(
+        Column(c.name, "STRING", c.mode) if c.name == "status" else c for c in spec.columns
+    )
+    return dataclasses.replace(spec, columns=cols)
+
+
+def _new_required(spec: TableSpec) -> TableSpec:
+    new = Column("country", "STRING", "REQUIRED")
+    return dataclasses.replace(spec, columns=spec.columns + (new,))
+
+
+def _removed(spec: TableSpec) -> TableSpec:
+    return dataclasses.replace(spec, columns=tuple(c for c in spec.columns if c.name != "referrer"))
+
+
+def _relaxed(spec: TableSpec) -> TableSpec:
+    cols = tuple(
+        Column(c.name, c.type, "NULLABLE") if c.name == "site" else c for c in spec.columns
+    )
+    return dataclasses.replace(spec, columns=cols)
+
+
+def _repartitioned(spec: TableSpec) -> TableSpec:
+    return dataclasses.replace(spec, partition_field="event_ts")
+
+
+@pytest.mark.parametrize(
+    ("change", "column", "words"),
+    [
+        (_changed_type, "status", "VARCHAR"),
+        (_new_required, "country", "REQUIRED"),
+        (_removed, "referrer", "removed"),
+        (_relaxed, "site", "NULLABLE"),
+        (_repartitioned, "event_ts", "partition"),
+    ],
+)
+def test_ensure_table_refuses_incompatible_change(
+    wh: DuckDBWarehouse, change: Any, column: str, words: str
+) -> None:
+    wh.ensure_table(pageviews_spec())
+    with pytest.raises(SchemaMismatchError) as err:
+        wh.ensure_table(change(pageviews_spec()))
+    message = str(err.value)
+    assert "'pageviews'" in message and column in message and words in message
+    described = wh.describe_table("pageviews")
+    assert described is not None and described.fingerprint() == pageviews_spec().fingerprint()
+
+
+def test_internal_table_names_are_reserved(wh: DuckDBWarehouse) -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        wh.ensure_table(dataclasses.replace(pageviews_spec(), name="_bq_platform_jobs"))
+
+
+# ----------------------------------------------------------------------- load jobs
+
+
+def test_load_write_truncate_replaces_table_and_reads_back_utc(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    spec = stage_spec("full", HOUR)
+    wh.ensure_table(spec)
+    first = write_parquet(tmp_path / "a" / "part-0.parquet", pageviews(HOUR, 3, tag="a"))
+    second = [
+        write_parquet(tmp_path / "b" / "part-0.parquet", pageviews(HOUR, 2, tag="b")),
+        write_parquet(tmp_path / "b" / "part-1.parquet", pageviews(HOUR, 1, tag="c")),
+    ]
+
+    s1 = wh.submit_job(load("job_a", spec, [first]))
+    s2 = wh.submit_job(load("job_b", spec, second))
+
+    assert s1.succeeded and s1.output_rows == 3
+    assert s2.succeeded and s2.output_rows == 3
+    assert event_ids(wh, spec.name) == ["b-1995080104-0", "b-1995080104-1", "c-1995080104-0"]
+    row = wh.query(
+        f"SELECT event_ts, event_date FROM {spec.name} WHERE event_id = ?", ["b-1995080104-1"]
+    )[0]
+    assert row["event_ts"] == HOUR + dt.timedelta(minutes=1)
+    assert row["event_ts"].tzinfo is UTC
+    assert row["event_date"] == DAY1
+    assert wh.get_job("job_b") == s2
+    assert s2.labels == {"app": "bq_platform", "partition": "1995080104"}
+
+
+def test_load_ignores_hive_style_folders_in_paths(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    # DuckDB would read "site=..." as a column and override the file's own site column.
+    spec = stage_spec("full", HOUR)
+    uri = write_parquet(
+        tmp_path / "site=other.org" / "hour=1995-08-01T04" / "part-0.parquet",
+        pageviews(HOUR, 2, site="epa.gov"),
+    )
+    status = wh.submit_job(load("job_hive", spec, [uri]))
+    assert status.succeeded
+    assert wh.query(f"SELECT DISTINCT site FROM {spec.name}") == [{"site": "epa.gov"}]
+
+
+def test_load_accepts_naive_timestamps_as_utc_and_missing_nullable_columns(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    rows = [
+        {k: v for k, v in r.items() if k != "user_agent"}
+        | {"event_ts": r["event_ts"].replace(tzinfo=None)}
+        for r in pageviews(HOUR, 2)
+    ]
+    schema = pa.schema(
+        [
+            pa.field(f.name, pa.timestamp("us") if f.name == "event_ts" else f.type)
+            for f in PAGEVIEW_SCHEMA
+            if f.name != "user_agent"
+        ]
+    )
+    spec = stage_spec("full", HOUR)
+    uri = write_parquet(tmp_path / "naive.parquet", rows, schema)
+    assert wh.submit_job(load("job_naive", spec, [uri])).succeeded
+    got = wh.query(f"SELECT min(event_ts) AS ts, count(user_agent) AS ua FROM {spec.name}")
+    assert got == [{"ts": HOUR, "ua": 0}]
+
+
+def _bad_status_type(tmp_path: Path) -> list[str]:
+    schema = pa.schema(
+        [pa.field(f.name, pa.string() if f.name == "status" else f.type) for f in PAGEVIEW_SCHEMA]
+    )
+    rows = [r | {"status": "200"} for r in pageviews(HOUR, 2)]
+    return [write_parquet(tmp_path / "bad" / "status.parquet", rows, schema)]
+
+
+def _missing_required(tmp_path: Path) -> list[str]:
+    schema = pa.schema([f for f in PAGEVIEW_SCHEMA if f.name != "visitor_id"])
+    rows = [{k: v for k, v in r.items() if k != "visitor_id"} for r in pageviews(HOUR, 2)]
+    return [write_parquet(tmp_path / "bad" / "novisitor.parquet", rows, schema)]
+
+
+def _null_in_required(tmp_path: Path) -> list[str]:
+    rows = pageviews(HOUR, 2)
+    rows[1]["site"] = None
+    return [write_parquet(tmp_path / "bad" / "nullsite.parquet", rows)]
+
+
+def _corrupt(tmp_path: Path) -> list[str]:
+    good = write_parquet(tmp_path / "bad" / "good.parquet", pageviews(HOUR, 2))
+    path = tmp_path / "bad" / "corrupt.parquet"
+    path.write_bytes(Path(good).read_bytes()[:-100])
+    return [good, str(path)]
+
+
+def _missing_file(tmp_path: Path) -> list[str]:
+    good = write_parquet(tmp_path / "bad" / "good.parquet", pageviews(HOUR, 2))
+    return [good, str(tmp_path / "bad" / "gone.parquet")]
+
+
+def _no_files(tmp_path: Path) -> list[str]:
+    return []
+
+
+@pytest.mark.parametrize(
+    ("make_uris", "reason", "words"),
+    [
+        (_missing_file, "notFound", "gone.parquet"),
+        (_bad_status_type, "invalid", "status"),
+        (_missing_required, "invalid", "visitor_id"),
+        (_null_in_required, "invalid", "site"),
+        (_corrupt, "invalid", "corrupt.parquet"),
+        (_no_files, "invalid", "no source URIs"),
+    ],
+)
+def test_failed_load_leaves_table_intact_and_records_failed_job(
+    wh: DuckDBWarehouse, tmp_path: Path, make_uris: Any, reason: str, words: str
+) -> None:
+    table = stage(wh, tmp_path, HOUR, pageviews(HOUR, 4, tag="old"), "job_old")
+    before = event_ids(wh, table)
+
+    status = wh.submit_job(load("job_bad", stage_spec("full", HOUR), make_uris(tmp_path)))
+
+    assert status.done and not status.succeeded
+    assert status.error_reason == reason
+    assert words in (status.error_message or "")
+    assert status.output_rows is None
+    assert event_ids(wh, table) == before
+    assert wh.get_job("job_bad") == status
+    assert wh.describe_table(table) is not None
+
+
+def test_reused_job_id_raises_conflict_even_for_failed_jobs(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    spec = stage_spec("full", HOUR)
+    uri = write_parquet(tmp_path / "p.parquet", pageviews(HOUR, 2))
+    assert wh.submit_job(load("job_1", spec, [uri])).succeeded
+    assert not wh.submit_job(load("job_2", spec, [str(tmp_path / "missing.parquet")])).succeeded
+
+    for job_id in ("job_1", "job_2"):
+        with pytest.raises(JobConflictError, match=job_id):
+            wh.submit_job(load(job_id, spec, [uri]))
+    assert wh.table_rows(spec.name) == 2
+    assert wh.jobs_submitted(spec.name, dt.datetime.now(UTC).date()) == 2
+
+
+def test_load_into_day_partition_replaces_only_that_day(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    spec = pageviews_spec()
+    wh.ensure_table(spec)
+    day2_hour = HOUR + dt.timedelta(days=1)
+    day1 = write_parquet(tmp_path / "d1.parquet", pageviews(HOUR, 3, tag="old"))
+    day2 = write_parquet(tmp_path / "d2.parquet", pageviews(day2_hour, 2))
+    new1 = write_parquet(tmp_path / "n1.parquet", pageviews(HOUR, 1, tag="new"))
+
+    assert wh.submit_job(load("l1", spec, [day1], "pageviews$19950801")).succeeded
+    assert wh.submit_job(load("l2", spec, [day2], "pageviews$19950802")).succeeded
+    assert wh.submit_job(load("l3", spec, [new1], "pageviews$19950801")).output_rows == 1
+    wrong = wh.submit_job(load("l4", spec, [day2], "pageviews$19950801"))
+
+    assert wrong.error_reason == "invalid" and "1995-08-02" in (wrong.error_message or "")
+    assert wh.partition_rows("pageviews", DAY1) == 1
+    assert wh.partition_rows("pageviews", DAY2) == 2
+
+
+# ----------------------------------------------------------------------- copy jobs
+
+
+def test_copy_into_day_partition_replaces_only_that_day(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    wh.ensure_table(pageviews_spec())
+    day2_hour = HOUR + dt.timedelta(days=1)
+    h4 = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3, tag="a"), "s1")
+    h5 = stage(wh, tmp_path, HOUR + dt.timedelta(hours=1),
+               pageviews(HOUR + dt.timedelta(hours=1), 2, tag="a"), "s2")
+    d2 = stage(wh, tmp_path, day2_hour, pageviews(day2_hour, 4, tag="a"), "s3")
+    assert wh.submit_job(CopyJob("c1", (h4, h5), "pageviews$19950801")).output_rows == 5
+    assert wh.submit_job(CopyJob("c2", (d2,), "pageviews$19950802")).output_rows == 4
+
+    # New content for hour 04 of day 1; re-publish day 1.
+    stage(wh, tmp_path, HOUR, pageviews(HOUR, 1, tag="b"), "s4")
+    status = wh.submit_job(CopyJob("c3", (h4, h5), "pageviews$19950801"))
+
+    assert status.succeeded and status.output_rows == 3
+    assert wh.partition_rows("pageviews", DAY1) == 3
+    assert wh.partition_rows("pageviews", DAY2) == 4
+    assert [i for i in event_ids(wh, "pageviews") if i.startswith("a-19950801")] == [
+        "a-1995080105-0", "a-1995080105-1"
+    ]
+    job = wh.query("SELECT destination, \"partition\" FROM _bq_platform_jobs WHERE job_id = 'c3'")
+    assert job == [{"destination": "pageviews", "partition": "19950801"}]
+
+
+def test_copy_with_row_of_another_day_fails_and_changes_nothing(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    wh.ensure_table(pageviews_spec())
+    good = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+    assert wh.submit_job(CopyJob("c1", (good,), "pageviews$19950801")).succeeded
+    other_hour = HOUR + dt.timedelta(hours=1)
+    mixed = stage(
+        wh, tmp_path, other_hour,
+        pageviews(other_hour, 2, tag="b") + pageviews(HOUR + dt.timedelta(days=1), 1, tag="c"),
+        "s2",
+    )
+
+    status = wh.submit_job(CopyJob("c2", (good, mixed), "pageviews$19950801"))
+
+    assert status.error_reason == "invalid"
+    assert mixed in (status.error_message or "") and "1995-08-02" in (status.error_message or "")
+    assert event_ids(wh, "pageviews") == [f"a-1995080104-{i}" for i in range(3)]
+
+
+def test_copy_with_missing_source_is_not_found(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    wh.ensure_table(pageviews_spec())
+    good = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+    assert wh.submit_job(CopyJob("c1", (good,), "pageviews$19950801")).succeeded
+
+    sources = (good, "pageviews_stage_1995080105")
+    status = wh.submit_job(CopyJob("c2", sources, "pageviews$19950801"))
+
+    assert status.error_reason == "notFound"
+    assert "pageviews_stage_1995080105" in (status.error_message or "")
+    assert wh.partition_rows("pageviews", DAY1) == 3
+
+
+def test_copy_into_missing_or_unpartitioned_destination_fails(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    good = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+    missing = wh.submit_job(CopyJob("c1", (good,), "pageviews$19950801"))
+    assert missing.error_reason == "notFound"
+    other = stage(wh, tmp_path, HOUR + dt.timedelta(hours=1), [], "s2")
+    flat = wh.submit_job(CopyJob("c2", (good,), f"{other}$19950801"))
+    assert flat.error_reason == "invalid" and "not partitioned" in (flat.error_message or "")
+
+
+def test_copy_write_append_empty_and_whole_table(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    wh.ensure_table(pageviews_spec())
+    h4 = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+
+    assert wh.submit_job(CopyJob("c1", (h4,), "pageviews$19950801", "WRITE_EMPTY")).succeeded
+    refused = wh.submit_job(CopyJob("c2", (h4,), "pageviews$19950801", "WRITE_EMPTY"))
+    assert refused.error_reason == "duplicate"
+    assert wh.submit_job(CopyJob("c3", (h4,), "pageviews$19950801", "WRITE_APPEND")).succeeded
+    assert wh.partition_rows("pageviews", DAY1) == 6
+
+    # Without a decorator WRITE_TRUNCATE replaces the whole table; a new table is created
+    # with the source's schema.
+    assert wh.submit_job(CopyJob("c4", (h4,), "pageviews")).output_rows == 3
+    assert wh.table_rows("pageviews") == 3
+    assert wh.submit_job(CopyJob("c5", (h4, h4), "pageviews_copy")).output_rows == 6
+    copy = wh.describe_table("pageviews_copy")
+    assert copy is not None and copy.column_names == tuple(c.name for c in PAGEVIEW_COLUMNS)
+
+
+def test_partition_rows_needs_a_partitioned_table(wh: DuckDBWarehouse) -> None:
+    assert wh.partition_rows("pageviews", DAY1) == 0  # missing table: empty
+    wh.ensure_table(stage_spec("full", HOUR))
+    with pytest.raises(WarehouseError, match="not partitioned"):
+        wh.partition_rows(stage_spec("full", HOUR).name, DAY1)
+
+
+# ----------------------------------------------------------------------- job lookups
+
+
+def test_get_and_wait_job(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    assert wh.get_job("nope") is None
+    with pytest.raises(WarehouseError, match="nope"):
+        wh.wait_job("nope")
+    stage(wh, tmp_path, HOUR, pageviews(HOUR, 2), "job_w")
+    status = wh.wait_job("job_w", timeout_s=0)
+    assert status.succeeded and status.output_rows == 2
+
+
+def test_jobs_submitted_counts_per_table_and_utc_day(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    wh.ensure_table(pageviews_spec())
+    h4 = stage(wh, tmp_path, HOUR, pageviews(HOUR, 1), "s1")
+    wh.submit_job(CopyJob("c1", (h4,), "pageviews$19950801"))
+    wh.submit_job(CopyJob("c2", (h4,), "pageviews$19950802"))  # fails: still counts
+    wh.submit_job(CopyJob("c3", (h4,), "pageviews$19950801"))
+    today = dt.datetime.now(UTC).date()
+
+    assert wh.jobs_submitted("pageviews", today) == 3
+    assert wh.jobs_submitted(h4, today) == 1
+    assert wh.jobs_submitted("pageviews_sample", today) == 0
+    assert wh.jobs_submitted("pageviews", today - dt.timedelta(days=1)) == 0
+    assert wh.jobs_submitted("pageviews", today + dt.timedelta(days=1)) == 0
+
+
+# ----------------------------------------------------------------------- publish records
+
+
+def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
+    assert wh.read_publish_record("pageviews", "19950801") is None
+    first = PublishRecord("pageviews", "19950801", "job_g0", "f" * 64, 10,
+                          dt.datetime(2024, 1, 1, 12, tzinfo=UTC))
+    wh.write_publish_record(first)
+    assert wh.read_publish_record("pageviews", "19950801") == first
+    tz_plus2 = dt.timezone(dt.timedelta(hours=2))
+    second = dataclasses.replace(
+        first, job_id="job_g1", rows=11, published_at=dt.datetime(2024, 1, 2, 14, tzinfo=tz_plus2)
+    )
+    wh.write_publish_record(second)
+
+    got = wh.read_publish_record("pageviews", "19950801")
+    assert got == dataclasses.replace(second, published_at=dt.datetime(2024, 1, 2, 12, tzinfo=UTC))
+    assert got is not None and got.published_at.tzinfo is UTC
+    assert wh.read_publish_record("pageviews", "19950802") is None
+    assert len(wh.query("SELECT * FROM _bq_platform_published")) == 1
+    with pytest.raises(ValueError, match="timezone-aware"):
+        wh.write_publish_record(dataclasses.replace(first, published_at=dt.datetime(2024, 1, 1)))
+
+
+# ----------------------------------------------------------------------- audit rows
+
+
+def audit(hour: dt.datetime, site: str, lines: int, fingerprint: str = "fp1") -> dict[str, Any]:
+    counts = SiteHourCounts(site=site, hour=hour, source_lines=lines, pageviews=lines)
+    return audit_records([counts], fingerprint, "run-1")[0]
+
+
+def test_replace_audit_rows_replaces_exactly_the_given_hours(wh: DuckDBWarehouse) -> None:
+    h4, h5, h6 = (HOUR + dt.timedelta(hours=i) for i in range(3))
+    wh.replace_audit_rows([h4, h5], [audit(h4, "a.org", 1), audit(h4, "b.org", 2),
+                                     audit(h5, "a.org", 3)])
+    wh.replace_audit_rows([h5, h6], [audit(h5, "b.org", 4, "fp2"), audit(h6, "a.org", 5, "fp2")])
+
+    rows = wh.audit_rows(h4, h6 + dt.timedelta(hours=1))
+    assert [(r["hour"], r["site"], r["source_lines"], r["fingerprint"]) for r in rows] == [
+        (h4, "a.org", 1, "fp1"), (h4, "b.org", 2, "fp1"), (h5, "b.org", 4, "fp2"),
+        (h6, "a.org", 5, "fp2"),
+    ]
+    assert all(r["hour"].tzinfo is UTC and r["event_date"] == DAY1 for r in rows)
+    assert [r["site"] for r in wh.audit_rows(h5, h6)] == ["b.org"]
+    assert wh.metadata_operations == 1  # audit table ensured once
+
+
+def test_audit_rows_before_any_audit_is_empty(wh: DuckDBWarehouse) -> None:
+    assert wh.audit_rows(HOUR, HOUR + dt.timedelta(hours=1)) == []
+
+
+def test_replace_audit_rows_validates_before_touching_anything(wh: DuckDBWarehouse) -> None:
+    wh.replace_audit_rows([HOUR], [audit(HOUR, "a.org", 1)])
+    other = HOUR + dt.timedelta(hours=1)
+    with pytest.raises(ValueError, match="not among the hours"):
+        wh.replace_audit_rows([HOUR], [audit(HOUR, "a.org", 9), audit(other, "a.org", 9)])
+    with pytest.raises(ValueError, match="unknown columns"):
+        wh.replace_audit_rows([HOUR], [audit(HOUR, "a.org", 9) | {"sorce_lines": 1}])
+    with pytest.raises(ValueError, match="timezone-aware"):
+        wh.replace_audit_rows([HOUR.replace(tzinfo=None)], [])
+    assert [r["source_lines"] for r in wh.audit_rows(HOUR, other)] == [1]
+
+
+def test_replace_audit_rows_is_atomic(wh: DuckDBWarehouse, monkeypatch: pytest.MonkeyPatch) -> None:
+    wh.replace_audit_rows([HOUR], [audit(HOUR, "a.org", 1)])
+    # Fail inside the transaction, after the DELETE: a NULL slips past validation.
+    spec = audit_spec()
+    broken = pa.Table.from_pylist(
+        [audit(HOUR, "a.org", 2) | {"run_id": None}],
+        schema=pa.schema([pa.field(c.name, ARROW[c.type]) for c in spec.columns]),
+    )
+    monkeypatch.setattr(DuckDBWarehouse, "_audit_arrow", staticmethod(lambda *a: broken))
+
+    with pytest.raises(Exception, match="NOT NULL"):
+        wh.replace_audit_rows([HOUR], [audit(HOUR, "a.org", 2)])
+
+    assert [r["source_lines"] for r in wh.audit_rows(HOUR, HOUR + dt.timedelta(hours=1))] == [1]
+
+
+# ----------------------------------------------------------------------- reads, expiry
+
+
+def test_query_takes_parameters_and_refuses_writes(wh: DuckDBWarehouse) -> None:
+    ts = dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.timezone(dt.timedelta(hours=-5)))
+    assert wh.query("SELECT ? AS n, CAST(? AS TIMESTAMPTZ) AS ts", [2, ts]) == [
+        {"n": 2, "ts": ts}
+    ]
+    assert wh.query("SELECT CAST(? AS TIMESTAMPTZ) AS ts", [ts])[0]["ts"].tzinfo is UTC
+    for sql in ("DELETE FROM _bq_platform_jobs", "SELECT 1; SELECT 2", "DROP TABLE x"):
+        with pytest.raises(ValueError, match="read-only"):
+            wh.query(sql)
+    with pytest.raises(WarehouseError):
+        wh.query("SELECT * FROM no_such_table")
+
+
+def test_drop_expired_tables(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    table = stage(wh, tmp_path, HOUR, pageviews(HOUR, 1), "s1")
+    wh.ensure_table(pageviews_spec())
+    now = dt.datetime.now(UTC)
+    assert wh.drop_expired_tables(now) == []
+    assert wh.drop_expired_tables(now + dt.timedelta(days=8)) == [table]
+    assert not wh.table_exists(table) and wh.table_exists("pageviews")
+    wh.ensure_table(stage_spec("full", HOUR))  # the cache forgot it: recreated
+    assert wh.table_exists(table)
+
+
+def test_memory_database_is_refused() -> None:
+    with pytest.raises(ValueError, match="memory"):
+        DuckDBWarehouse(":memory:")
+
+
+# ----------------------------------------------------------------------- other processes
+
+_HOLD_LOCK = textwrap.dedent(
+    """
+    import sys, time, duckdb
+    con = duckdb.connect(sys.argv[1])
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    con.close()
+    """
+)
+
+
+def _hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(path), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_locked_file_times_out_with_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "warehouse.duckdb"
+    DuckDBWarehouse(path).ensure_table(pageviews_spec())
+    proc = _hold_lock(path, 30)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WarehouseError, match="another process") as err:
+            DuckDBWarehouse(path, lock_timeout_s=0.5).table_rows("pageviews")
+        assert time.monotonic() - started < 5
+        assert "dagster dev" in str(err.value) and str(path) in str(err.value)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_locked_file_is_retried_until_released(tmp_path: Path) -> None:
+    path = tmp_path / "warehouse.duckdb"
+    DuckDBWarehouse(path).ensure_table(pageviews_spec())
+    proc = _hold_lock(path, 1.0)
+    try:
+        assert DuckDBWarehouse(path, lock_timeout_s=30).table_rows("pageviews") == 0
+    finally:
+        proc.wait(timeout=30)
+
+
+_OTHER_ZONE = textwrap.dedent(
+    """
+    import datetime as dt, json, sys
+    from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+    wh = DuckDBWarehouse(sys.argv[1])
+    row = wh.query("SELECT min(event_ts) AS ts, CAST(min(event_ts) AS DATE) AS d FROM "
+                   + sys.argv[2])[0]
+    n = wh.partition_rows("pageviews", dt.date(1995, 8, 1))
+    print(json.dumps({"ts": row["ts"].isoformat(), "d": row["d"].isoformat(), "n": n}))
+    """
+)
+
+
+def test_results_are_utc_whatever_the_machine_time_zone(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    # 00:30 UTC on Aug 1 is still Jul 31 in New York: a session in local time would say so.
+    midnight = dt.datetime(1995, 8, 1, 0, tzinfo=UTC)
+    wh.ensure_table(pageviews_spec())
+    table = stage(wh, tmp_path, midnight, pageviews(midnight + dt.timedelta(minutes=30), 2), "s1")
+    assert wh.submit_job(CopyJob("c1", (table,), "pageviews$19950801")).succeeded
+    wh.close()  # release the file: the reader below is another process
+    env = os.environ | {"TZ": "America/New_York", "PYTHONPATH": str(Path(__file__).parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", _OTHER_ZONE, str(wh.path), table],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    assert json.loads(out) == {"ts": "1995-08-01T00:30:00+00:00", "d": "1995-08-01", "n": 2}

@@ -1,0 +1,113 @@
+"""GCSObjectStore against gcp-storage-emulator (GCS JSON API on loopback), official client."""
+
+import datetime as dt
+
+import pytest
+
+from bq_platform.lib import layout
+from bq_platform.lib.objectstore.base import ObjectNotFoundError
+from bq_platform.lib.objectstore.gcs import GCSObjectStore, gcs_client
+from bq_platform_tests.emulators import GCSEmulator
+
+pytestmark = pytest.mark.emulator
+
+HOUR = dt.datetime(1995, 8, 1, 4, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def store(gcs_emulator: GCSEmulator, gcs_bucket: str) -> GCSObjectStore:
+    return GCSObjectStore(gcs_bucket, gcs_emulator.client(), prefix="env/lake")
+
+
+def test_round_trip_bytes_text_size_and_exists(store: GCSObjectStore) -> None:
+    key = layout.hour_manifest_key(HOUR)
+    assert not store.exists(key)
+    store.write_text(key, '{"format": "x"}')
+    assert store.exists(key)
+    assert store.read_text(key) == '{"format": "x"}'
+    assert store.size(key) == len(b'{"format": "x"}')
+    store.write_bytes(key, b"\x00\xffbinary")  # replaces the whole object
+    assert store.read_bytes(key) == b"\x00\xffbinary"
+    assert store.size(key) == 8
+
+
+def test_missing_objects_raise_with_the_uri(store: GCSObjectStore) -> None:
+    with pytest.raises(ObjectNotFoundError, match=r"gs://.*/env/lake/nope/x\.json"):
+        store.read_bytes("nope/x.json")
+    with pytest.raises(ObjectNotFoundError, match="nope/y"):
+        store.size("nope/y")
+
+
+def test_listing_keys_and_folders(store: GCSObjectStore) -> None:
+    sha = "ab" * 32
+    for site in ("epa.gov", "nasa.gov"):
+        data_key = layout.landed_data_key(site, HOUR, sha)
+        store.write_bytes(data_key, b"gz")
+        store.write_text(layout.landed_manifest_key(data_key), "{}")
+    store.write_text("landing/pageviews-other/x.txt", "not under the folder")
+
+    assert store.list_folders(layout.LANDING_PREFIX) == ["site=epa.gov", "site=nasa.gov"]
+    assert store.list_folders(f"{layout.LANDING_PREFIX}/site=epa.gov") == [
+        f"hour={layout.hour_label(HOUR)}"
+    ]
+    keys = store.list_keys(layout.LANDING_PREFIX)
+    assert len(keys) == 4 and keys == sorted(keys)
+    assert all(k.startswith(layout.LANDING_PREFIX + "/") for k in keys)
+    assert "landing/pageviews-other/x.txt" not in keys  # folder semantics, not string prefix
+    assert store.list_keys("missing/folder") == []
+    assert store.list_folders("missing/folder") == []
+    assert [layout.parse_landed_manifest_key(k) for k in keys if k.endswith(".json")] == [
+        ("epa.gov", HOUR),
+        ("nasa.gov", HOUR),
+    ]
+
+
+def test_delete_prefix_counts_and_keeps_neighbours(store: GCSObjectStore) -> None:
+    attempt = layout.attempt_prefix("run-1")
+    for i in range(3):
+        store.write_bytes(f"{attempt}/full/part-{i}.parquet", b"p")
+    store.write_bytes(f"{layout.attempt_prefix('run-10')}/full/part-0.parquet", b"p")
+    assert store.delete_prefix(attempt) == 3
+    assert store.list_keys(attempt) == []
+    assert store.list_keys(layout.attempt_prefix("run-10")) == [
+        "staging/pageviews/attempt=run-10/full/part-0.parquet"
+    ]
+    assert store.delete_prefix(attempt) == 0
+    with pytest.raises(ValueError, match="whole store"):
+        store.delete_prefix("")
+
+
+def test_uri_and_key_for_uri_are_inverse(store: GCSObjectStore, gcs_bucket: str) -> None:
+    key = "staging/pageviews/hour=1995-08-01T04/_MANIFEST.json"
+    uri = store.uri(key)
+    assert uri == f"gs://{gcs_bucket}/env/lake/{key}"
+    assert store.key_for_uri(uri) == key
+    with pytest.raises(ValueError, match="not inside"):
+        store.key_for_uri(f"gs://{gcs_bucket}/other/{key}")
+    with pytest.raises(ValueError, match="not inside"):
+        store.key_for_uri(f"gs://another-bucket/env/lake/{key}")
+
+
+@pytest.mark.parametrize("bad", ["/abs", "a//b", "a/../b", "a/./b", "trailing/", "", "a\nb"])
+def test_malformed_keys_are_refused(store: GCSObjectStore, bad: str) -> None:
+    with pytest.raises(ValueError):
+        store.uri(bad)
+
+
+def test_objects_land_where_bqemulator_reads_gs_uris(
+    gcs_emulator: GCSEmulator, store: GCSObjectStore, gcs_bucket: str
+) -> None:
+    """The GCS emulator keeps ``gs://bucket/name`` at ``<data-dir>/.cloudstorage/bucket/name``."""
+    store.write_bytes("a/b.bin", b"123")
+    assert (gcs_emulator.storage_root / gcs_bucket / "env/lake/a/b.bin").read_bytes() == b"123"
+
+
+def test_factory_honours_storage_emulator_host(
+    gcs_emulator: GCSEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.endpoint)
+    client = gcs_client("bqp-emulator")
+    store = GCSObjectStore(gcs_bucket, client)
+    store.write_text("root-key.txt", "hi")
+    assert store.uri("root-key.txt") == f"gs://{gcs_bucket}/root-key.txt"
+    assert GCSObjectStore(gcs_bucket, gcs_emulator.client()).read_text("root-key.txt") == "hi"

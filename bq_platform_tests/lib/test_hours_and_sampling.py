@@ -1,0 +1,48 @@
+"""UTC hour arithmetic and the binomial sample-ratio bound."""
+
+import datetime as dt
+
+import pytest
+
+from bq_platform.lib.hours import day_hours, hour_partition_key, hours_between, parse_hour_partition_key
+from bq_platform.lib.sampling_check import sample_ratio
+
+UTC = dt.UTC
+
+
+def test_hours_between_is_half_open_and_utc():
+    start = dt.datetime(1995, 8, 1, 22, tzinfo=UTC)
+    hours = hours_between(start, start + dt.timedelta(hours=3))
+    assert [h.hour for h in hours] == [22, 23, 0]
+    edt = dt.timezone(-dt.timedelta(hours=4))
+    assert hours_between(dt.datetime(1995, 8, 1, 0, tzinfo=edt), dt.datetime(1995, 8, 1, 1, tzinfo=edt)) == [
+        dt.datetime(1995, 8, 1, 4, tzinfo=UTC)
+    ]
+    with pytest.raises(ValueError):
+        hours_between(dt.datetime(1995, 8, 1), dt.datetime(1995, 8, 2))
+    with pytest.raises(ValueError):
+        hours_between(start.replace(minute=5), start + dt.timedelta(hours=1))
+
+
+def test_day_hours_and_partition_keys_round_trip():
+    hours = day_hours(dt.date(1995, 8, 1))
+    assert len(hours) == 24 and hours[0].hour == 0 and hours[-1].hour == 23
+    assert hour_partition_key(hours[4]) == "1995-08-01-04:00"
+    assert parse_hour_partition_key("1995-08-01-04:00") == hours[4]
+
+
+def test_sample_ratio_passes_near_expected_and_fails_far_away():
+    ok = sample_ratio(20_000, 100)
+    assert ok.passed and not ok.skipped and ok.expected == pytest.approx(100)
+    assert not sample_ratio(20_000, 200).passed
+    assert not sample_ratio(20_000, 20).passed
+
+
+def test_sample_ratio_skips_small_inputs_with_a_note():
+    small = sample_ratio(500, 0)
+    assert small.skipped and small.passed and "too few" in small.describe()
+
+
+def test_sample_ratio_rejects_impossible_counts():
+    with pytest.raises(ValueError):
+        sample_ratio(10, 11)
