@@ -42,7 +42,7 @@ def _home() -> Path:
 
 
 def _ensure_dagster_home() -> Path:
-    """Use ``$DAGSTER_HOME``, or ``<BQ_PLATFORM_HOME>/dagster_home`` (created with a dagster.yaml)."""
+    """Use ``$DAGSTER_HOME``, else ``<BQ_PLATFORM_HOME>/dagster_home`` with a dagster.yaml."""
     home = Path(os.environ.get("DAGSTER_HOME") or _home() / "dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
@@ -81,7 +81,11 @@ def main(verbose: bool) -> None:
 
 @main.command()
 @click.option("--site", required=True, help="Publisher key, e.g. epa.gov.")
-@click.option("--default-hour", default=None, help="UTC hour (YYYY-MM-DDTHH) for files with no readable timestamp.")
+@click.option(
+    "--default-hour",
+    default=None,
+    help="UTC hour (YYYY-MM-DDTHH) for files with no readable timestamp.",
+)
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 def land(site: str, default_hour: str | None, files: Sequence[str]) -> None:
     """Land log FILES of SITE into the landing zone, split by UTC hour."""
@@ -126,7 +130,9 @@ def land_tree(root: str) -> None:
 @main.command()
 @click.option("--start", default=None, help="First UTC hour, YYYY-MM-DDTHH (inclusive).")
 @click.option("--end", default=None, help="Last UTC hour, YYYY-MM-DDTHH (inclusive).")
-@click.option("--allow-incomplete", is_flag=True, help="Publish days even if some hours are incomplete.")
+@click.option(
+    "--allow-incomplete", is_flag=True, help="Publish days even if some hours are incomplete."
+)
 @click.option("--force", is_flag=True, help="Re-run days that look up to date (still idempotent).")
 def run(start: str | None, end: str | None, allow_incomplete: bool, force: bool) -> None:
     """Process every landed day not yet published (or the hours START..END) through Dagster."""
@@ -148,7 +154,9 @@ def run(start: str | None, end: str | None, allow_incomplete: bool, force: bool)
     click.echo(f"\nfinished in {time.monotonic() - started:.1f} s")
     runner.print_summary(runner.processed_days or runner.all_days())
     if not ok:
-        click.echo("\nSome runs failed; see the messages above and the Dagster UI (make dev).", err=True)
+        click.echo(
+            "\nSome runs failed; see the messages above and the Dagster UI (make dev).", err=True
+        )
         sys.exit(1)
 
 
@@ -159,5 +167,3 @@ def summary() -> None:
 
     runner = PipelineRunner.from_environment(_env(), echo=click.echo)
     runner.print_summary(runner.all_days())
-
-

@@ -35,16 +35,23 @@ class PipelineRunner:
     warehouse: Warehouse
     visitor_key: str
     echo: Callable[[str], Any] = print
+    instance: dg.DagsterInstance | None = None
+    """Dagster instance the runs are recorded in; default ``DagsterInstance.get()``."""
     processed_days: list[dt.date] = dataclasses.field(default_factory=list)
     check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
         default_factory=dict
     )
 
     @classmethod
-    def from_environment(cls, env: str, echo: Callable[[str], Any] = print) -> "PipelineRunner":
+    def from_environment(
+        cls,
+        env: str,
+        echo: Callable[[str], Any] = print,
+        instance: dg.DagsterInstance | None = None,
+    ) -> "PipelineRunner":
         """Build from the code location's definitions and the resources of ``env``."""
-        from bq_platform.defs.resources import build_resources
         from bq_platform.definitions import defs
+        from bq_platform.defs.resources import build_resources
 
         resources = build_resources(env)
         settings = resources["settings"]
@@ -54,6 +61,7 @@ class PipelineRunner:
             warehouse=resources["warehouse"].get_warehouse(),
             visitor_key=settings.visitor_key,
             echo=echo,
+            instance=instance,
         )
 
     def index(self) -> LandingIndex:
@@ -77,7 +85,8 @@ class PipelineRunner:
                 return True
             plans = [plan_day(d, index, self.store, self.warehouse, self.visitor_key) for d in days]
             for plan in plans:
-                self.echo(f"{plan.day}: {'due' if plan.due or force else 'skip'} ({plan.reason})")
+                verdict = "due" if plan.due else ("forced" if force else "skip")
+                self.echo(f"{plan.day}: {verdict} ({plan.reason})")
             todo = {p.day: day_hours(p.day) for p in plans if p.due or force}
         else:
             todo = {}
@@ -90,7 +99,7 @@ class PipelineRunner:
         return ok
 
     def _run_day(self, day: dt.date, hours: Sequence[dt.datetime], allow_incomplete: bool) -> bool:
-        instance = dg.DagsterInstance.get()
+        instance = self.instance or dg.DagsterInstance.get()
         first, last = hour_partition_key(hours[0]), hour_partition_key(hours[-1])
         self.echo(f"{day}: building hours {first} .. {last}")
         hourly = self.definitions.resolve_job_def(HOURLY_JOB).execute_in_process(
@@ -167,12 +176,26 @@ class PipelineRunner:
             for row in rows:
                 by_site.setdefault(row["site"], []).append(row)
             for site, site_rows in sorted(by_site.items()):
-                s = {k: sum(r[k] for r in site_rows) for k in (
-                    "source_lines", "pageviews", "non_page_hits", "rejected", "duplicates",
-                    "out_of_window", "sample_rows")}
+                s = {
+                    k: sum(r[k] for r in site_rows)
+                    for k in (
+                        "source_lines",
+                        "pageviews",
+                        "non_page_hits",
+                        "rejected",
+                        "duplicates",
+                        "out_of_window",
+                        "sample_rows",
+                    )
+                }
                 ok = sum(
-                    r["source_lines"] == r["pageviews"] + r["non_page_hits"] + r["rejected"]
-                    + r["duplicates"] + r["out_of_window"] for r in site_rows
+                    r["source_lines"]
+                    == r["pageviews"]
+                    + r["non_page_hits"]
+                    + r["rejected"]
+                    + r["duplicates"]
+                    + r["out_of_window"]
+                    for r in site_rows
                 )
                 self.echo(
                     f"{day!s:<10} {site:<16} {s['source_lines']:>8} {s['pageviews']:>8} "

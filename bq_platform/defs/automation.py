@@ -76,7 +76,7 @@ def landing_sensor(
     for key in changed:
         by_day.setdefault(key[:10], []).append(key)
     requests = []
-    for day, keys in sorted(by_day.items()):
+    for _day, keys in sorted(by_day.items()):
         content = sha256_json({k: current[k] for k in keys})[:16]
         requests.append(
             dg.RunRequest(
@@ -107,9 +107,7 @@ def publish_after_hourly_sensor(context: dg.RunStatusSensorContext) -> list[dg.R
     end = tags.get("dagster/asset_partition_range_end") or start
     if not start:
         return []
-    days = daily_partitions.get_partition_keys_in_range(
-        dg.PartitionKeyRange(start[:10], end[:10])
-    )
+    days = daily_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(start[:10], end[:10]))
     return [
         dg.RunRequest(run_key=f"{context.dagster_run.run_id}:{day}", partition_key=day)
         for day in days

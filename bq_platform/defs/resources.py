@@ -114,7 +114,10 @@ class BigQueryWarehouseResource(WarehouseResource):
 
         client = bigquery_client(self.project, self.location, api_endpoint=self.api_endpoint)
         return BigQueryWarehouse(
-            client, self.project, self.dataset, location=self.location,
+            client,
+            self.project,
+            self.dataset,
+            location=self.location,
             job_id_prefix=self.job_id_prefix,
         )
 

@@ -24,7 +24,7 @@ This is the body of the ``pageview_files`` asset. For a set of UTC hours it:
 Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
 
-Spark work: one read of the landed gzip, one shuffle (line numbering), one persist, two small
+Spark work: one read of the landed gzip (no shuffle of the lines), one persist, two small
 aggregations and three Parquet writes from the persisted rows.
 """
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bq_platform.lib import jobids, layout
@@ -71,6 +71,14 @@ _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SITE_FOLDER = "site="
 _MAX_LISTED_PROBLEMS = 20
 _VERIFY_THREADS = 8
+_ROW_NUMBER_MASK = (1 << 33) - 1
+_PARTITIONS_PER_CORE = 4
+#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and one
+#: landed file per scan partition (any open cost above the split size does it; see _read_lines).
+_BUILD_SQL_CONF = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.files.openCostInBytes": str(1 << 40),
+}
 _LANDING_HINT = (
     "re-land the file with `bq-platform land` (or have its producer deliver it again), "
     "then run these hours again"
@@ -257,11 +265,18 @@ def _read_lines(
 ) -> DataFrame:
     """All lines of ``files`` in one read, with their file's identity and 1-based line number.
 
+    Must run under :data:`_ONE_FILE_PER_SPLIT`. Each landed gzip file is then one scan
+    partition (gzip cannot be split, and an open cost above the split size stops Spark from
+    packing several small files into one partition), read in order, so the row counter in the
+    low 33 bits of ``monotonically_increasing_id()`` (documented: "the record number within
+    each partition in the lower 33 bits") is the line number minus one. No shuffle is needed;
+    :func:`build_hours` checks that every file's numbers run 1..n.
+
     ``input_file_name()`` is a URI (``file:///...`` for local paths, ``gs://...`` on GCS); its
     last three segments (``site=<s>/hour=<h>/<name>``) identify the landed file in any store,
     and need no unescaping because site names, hour labels and landed file names are checked
-    to be URI-safe. ``monotonically_increasing_id()`` is taken right at the scan, where a gzip
-    file is one split read in order, so it orders the lines of each file.
+    to be URI-safe. The many one-file partitions are then coalesced (no shuffle) into a few
+    per core, which keeps the persisted data in a handful of large blocks.
     """
     paths = [store.uri(m.data_key) for m in files]
     mapping = spark.createDataFrame(  # from Arrow: a local relation, no Python worker
@@ -277,15 +292,15 @@ def _read_lines(
     )
     scanned = spark.read.option("lineSep", "\n").text(paths).select(
         F.substring_index(F.input_file_name(), "/", -3).alias("_file"),
-        F.monotonically_increasing_id().alias("_mid"),
+        (F.monotonically_increasing_id().bitwiseAND(F.lit(_ROW_NUMBER_MASK)) + 1).alias("line_no"),
         F.col("value").alias("raw"),
     )
-    joined = scanned.join(F.broadcast(mapping), "_file", "left")
-    in_file_order = Window.partitionBy("_file").orderBy("_mid")
-    return joined.select(
-        "_file", "site", "hour_label", "data_key", "file_sha256",
-        F.row_number().over(in_file_order).cast("bigint").alias("line_no"),
-        "raw",
+    cores = spark.sparkContext.defaultParallelism
+    partitions = max(1, min(len(files), _PARTITIONS_PER_CORE * cores))
+    return (
+        scanned.join(F.broadcast(mapping), "_file", "left")
+        .select("site", "hour_label", "data_key", "file_sha256", "line_no", "raw")
+        .coalesce(partitions)
     )
 
 
@@ -410,7 +425,7 @@ def _run_spark(
     """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
     full_prefix, sample_prefix, dead_prefix = prefixes
     t0 = time.monotonic()
-    with _sql_conf(spark, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}):
+    with _sql_conf(spark, _BUILD_SQL_CONF):
         lines = _read_lines(spark, store, kept)
         rows = _slim(transform_lines(lines, visitor_key=visitor_key)).persist()
         try:

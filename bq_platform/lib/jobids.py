@@ -44,7 +44,9 @@ def input_fingerprint(checksums: Iterable[tuple[str, str]]) -> str:
     return sha256_json(sorted(set(checksums)))
 
 
-def hour_fingerprint(input_fp: str, transform_version: str, key_id: str, sample_modulus: int) -> str:
+def hour_fingerprint(
+    input_fp: str, transform_version: str, key_id: str, sample_modulus: int
+) -> str:
     """Content fingerprint of one hour's Parquet output.
 
     The output is a pure function of the landed input, the transform code version, the
@@ -71,7 +73,9 @@ def day_partition(day: dt.date) -> str:
     return day.strftime("%Y%m%d")
 
 
-def job_id(kind: str, destination: str, partition: str, fingerprint: str, generation: int = 0) -> str:
+def job_id(
+    kind: str, destination: str, partition: str, fingerprint: str, generation: int = 0
+) -> str:
     """Build the deterministic job ID (format in the module docstring).
 
     Raises:
@@ -106,5 +110,5 @@ def job_labels(asset: str, partition: str, run_id: str, fingerprint: str) -> dic
         "asset": label_value(asset),
         "partition": label_value(partition),
         "run_id": label_value(run_id),
-        "fingerprint": label_value(fingerprint[:FINGERPRINT_CHARS * 2]),
+        "fingerprint": label_value(fingerprint[: FINGERPRINT_CHARS * 2]),
     }

@@ -128,7 +128,9 @@ def run_idempotent_job(
                 )
             log.warning(
                 "job %s had failed earlier (%s); trying generation %d",
-                job.job_id, status.error_reason, generation + 1,
+                job.job_id,
+                status.error_reason,
+                generation + 1,
             )
             continue
 
@@ -137,7 +139,9 @@ def run_idempotent_job(
             # dropped by hand): the old job no longer describes the destination.
             log.info(
                 "job %s succeeded before, but table %s no longer exists: running generation %d",
-                job.job_id, table, generation + 1,
+                job.job_id,
+                table,
+                generation + 1,
             )
             continue
         record = warehouse.read_publish_record(table, partition)
@@ -145,17 +149,25 @@ def run_idempotent_job(
             if record.fingerprint == fingerprint:
                 # Same content, published by another generation's job: nothing to do.
                 return JobOutcome(
-                    record.job_id, "skipped", _generation_of(record.job_id, generation),
+                    record.job_id,
+                    "skipped",
+                    _generation_of(record.job_id, generation),
                     record.rows,
                 )
             log.info(
                 "job %s succeeded before, but %s$%s now holds %s from %s: running generation %d",
-                job.job_id, table, partition, record.fingerprint[:12], record.job_id,
+                job.job_id,
+                table,
+                partition,
+                record.fingerprint[:12],
+                record.job_id,
                 generation + 1,
             )
             continue
-        rows = status.output_rows if status.output_rows is not None else (
-            record.rows if record is not None else None
+        rows = (
+            status.output_rows
+            if status.output_rows is not None
+            else (record.rows if record is not None else None)
         )
         if record is None or record.job_id != job.job_id:
             warehouse.write_publish_record(

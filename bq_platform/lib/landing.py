@@ -55,7 +55,9 @@ def read_lines(path: Path) -> list[bytes]:
         raw = path.read_bytes()
         data = gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise LandingError(f"{path}: cannot read ({exc}); check the file and land it again") from exc
+        raise LandingError(
+            f"{path}: cannot read ({exc}); check the file and land it again"
+        ) from exc
     if not data:
         return []
     lines = data.split(b"\n")
@@ -146,8 +148,13 @@ def land_file(
         sha = hashlib.sha256(body).hexdigest()
         data_key = landed_data_key(site, hour, sha)
         manifest = LandedManifest(
-            site=site, hour=hour, data_key=data_key, lines=len(chunk), bytes=len(body),
-            sha256=sha, source=src.name,
+            site=site,
+            hour=hour,
+            data_key=data_key,
+            lines=len(chunk),
+            bytes=len(body),
+            sha256=sha,
+            source=src.name,
         )
         manifest_key = landed_manifest_key(data_key)
         if store.exists(manifest_key) and store.exists(data_key):
@@ -164,7 +171,11 @@ def land_file(
     total = sum(f.manifest.lines for f in landed)
     log.info(
         "landed %s for %s: %d lines in %d hours (%d new objects)",
-        src, site, total, len(landed), sum(f.written for f in landed),
+        src,
+        site,
+        total,
+        len(landed),
+        sum(f.written for f in landed),
     )
     return landed
 

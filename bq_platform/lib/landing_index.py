@@ -72,7 +72,10 @@ class LandingIndex:
     def source_lines(self, site: str, hours: Iterable[dt.datetime]) -> int:
         """Source lines of ``site`` over ``hours``."""
         return sum(
-            m.lines for h in hours if h in self.by_hour for m in self.by_hour[h].manifests
+            m.lines
+            for h in hours
+            if h in self.by_hour
+            for m in self.by_hour[h].manifests
             if m.site == site
         )
 

@@ -10,7 +10,7 @@ production adapters agree on it. Keys are relative, ``/``-separated, and never s
     staging/pageviews/attempt=<attempt_id>/full/hour=<YYYY-MM-DDTHH>/part-*.parquet   one attempt
     staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
     deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
-    staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json                              names the files that count
+    staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
 
 The hour is the UTC hour, formatted ``YYYY-MM-DDTHH`` (see :func:`hour_label`).
 """
@@ -59,7 +59,7 @@ def hour_label(hour: dt.datetime) -> str:
 
 
 def parse_hour_label(label: str) -> dt.datetime:
-    """Inverse of :func:`hour_label`: ``'1995-08-01T04'`` -> ``datetime(1995, 8, 1, 4, tzinfo=UTC)``.
+    """Inverse of :func:`hour_label`: ``'1995-08-01T04'`` -> 1995-08-01 04:00 UTC.
 
     Raises:
         ValueError: if ``label`` is not of the form ``YYYY-MM-DDTHH``.
@@ -87,8 +87,11 @@ def landed_manifest_key(data_key: str) -> str:
 
 
 _LANDED_MANIFEST_RE = re.compile(
-    r"^" + re.escape(LANDING_PREFIX) + r"/site=(?P<site>[^/]+)/hour=(?P<hour>[^/]+)/[^/]+"
-    + re.escape(LANDED_MANIFEST_SUFFIX) + r"$"
+    r"^"
+    + re.escape(LANDING_PREFIX)
+    + r"/site=(?P<site>[^/]+)/hour=(?P<hour>[^/]+)/[^/]+"
+    + re.escape(LANDED_MANIFEST_SUFFIX)
+    + r"$"
 )
 
 

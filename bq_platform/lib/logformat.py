@@ -17,8 +17,9 @@ Rules (each one is what real logs need):
 
 - A line is split on ``\\n`` only; one trailing ``\\r`` is stripped (CRLF files). Bytes that are
   not UTF-8 are decoded with U+FFFD replacement characters (as Python's
-  ``bytes.decode("utf-8", "replace")`` and Spark's ``make_valid_utf8`` both do); NUL and
-  U+0001 also become U+FFFD (the Spark parse uses them as field separators internally).
+  ``bytes.decode("utf-8", "replace")`` and Spark's ``make_valid_utf8`` both do). Other control
+  characters stay as they are (a real EPA URL contains DEL). A text containing ``\\n`` is not
+  one line: it is ``malformed`` (the Spark parse uses ``\\n`` as its internal separator).
 - The request is matched greedily up to the *last* ``" <3 digits> <digits or ->`` that ends
   the line (or is followed by the Combined fields), so unescaped quotes inside URLs work.
 - In Combined lines the referrer is the shortest quoted field that fits, the user agent the
@@ -42,7 +43,7 @@ Reason codes, in the order they are decided (the first that applies wins):
 - :data:`REASON_BAD_BYTES`: the line has the CLF shape but bytes is neither ``-`` nor a
   64-bit decimal.
 - :data:`REASON_MALFORMED`: anything else that is not a CLF/Combined line: garbage, a line
-  truncated mid-field, a missing bracket or quote.
+  truncated mid-field, a missing bracket or quote, an embedded ``\\n``.
 - :data:`REASON_BAD_TIMESTAMP`: well-formed, but the timestamp cannot be read (see above).
 - :data:`REASON_OUT_OF_WINDOW`: well-formed with a readable timestamp outside the partition's
   UTC hour (assigned by the transform, which knows the hour; never by :func:`parse_line`).
@@ -99,9 +100,8 @@ LINE_PREFIX_PATTERN = r"(\S+) (\S+) (\S+) \[([^\]]*)\]"
 
 #: Characters that count as blank for :data:`REASON_EMPTY_LINE`.
 BLANK_CHARS = " \t\x0b\x0c\r"
-#: Characters replaced by U+FFFD before parsing (internal field separators of the Spark parse).
-SEPARATOR_CHARS = "\x00\x01"
-REPLACEMENT_CHAR = "\ufffd"
+#: A "line" containing this character is malformed (it cannot come from a line split).
+NEWLINE = "\n"
 
 #: Unix seconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z: the readable range.
 MIN_UNIX_SECONDS = -62135596800
@@ -125,7 +125,6 @@ TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN, _FLAGS)
 _PREFIX_RE = re.compile(LINE_PREFIX_PATTERN, _FLAGS)
 _STATUS_RE = re.compile(r"\d{3}", _FLAGS)
 _BYTES_RE = re.compile(r"\d+|-", _FLAGS)
-_SEPARATORS = str.maketrans({c: REPLACEMENT_CHAR for c in SEPARATOR_CHARS})
 
 
 def java_regex(pattern: str) -> str:
@@ -140,10 +139,8 @@ def java_regex(pattern: str) -> str:
 
 
 def clean_line(line: str) -> str:
-    """The line the parse sees: one trailing ``\\r`` stripped, NUL and U+0001 -> U+FFFD."""
-    if line.endswith("\r"):
-        line = line[:-1]
-    return line.translate(_SEPARATORS)
+    """The line the parse sees: without one trailing ``\\r``."""
+    return line[:-1] if line.endswith("\r") else line
 
 
 def is_blank(line: str) -> bool:
@@ -270,7 +267,7 @@ def _diagnose(line: str) -> str:
     if is_blank(line):
         return REASON_EMPTY_LINE
     loose = LOOSE_LINE_RE.fullmatch(line)
-    if loose is None:
+    if loose is None or NEWLINE in line:
         return REASON_MALFORMED
     if not _STATUS_RE.fullmatch(loose.group(6)):
         return REASON_BAD_STATUS
@@ -290,7 +287,7 @@ def parse_line(line: str) -> ParsedLine:
     """
     line = clean_line(line)
     match = LINE_RE.fullmatch(line)
-    if match is None:
+    if match is None or NEWLINE in line:
         return ParsedLine(reason=_diagnose(line))
     host, ident, authuser, ts_text, request, status, nbytes, referrer, agent = match.groups()
     response_bytes = None if nbytes == "-" else int(nbytes)

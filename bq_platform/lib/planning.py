@@ -10,12 +10,17 @@ import dataclasses
 import datetime as dt
 
 from bq_platform.lib.hours import day_hours
-from bq_platform.lib.jobids import day_fingerprint, day_partition, hour_fingerprint, input_fingerprint
+from bq_platform.lib.jobids import (
+    day_fingerprint,
+    day_partition,
+    hour_fingerprint,
+    input_fingerprint,
+)
 from bq_platform.lib.landing_index import LandingIndex
 from bq_platform.lib.layout import hour_label
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.publish import read_hour_manifest
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
+from bq_platform.lib.publish import read_hour_manifest
 from bq_platform.lib.transform import TRANSFORM_VERSION
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import PAGEVIEWS_SAMPLE_TABLE, PAGEVIEWS_TABLE
@@ -54,5 +59,7 @@ def plan_day(
     for table in (PAGEVIEWS_TABLE, PAGEVIEWS_SAMPLE_TABLE):
         record = warehouse.read_publish_record(table, day_partition(day))
         if record is None or record.fingerprint != want_day:
-            return DayPlan(day, True, f"{table}${day_partition(day)} not published for this content")
+            return DayPlan(
+                day, True, f"{table}${day_partition(day)} not published for this content"
+            )
     return DayPlan(day, False, "up to date")

@@ -13,7 +13,13 @@ import datetime as dt
 import logging
 
 from bq_platform.lib.hours import day_hours
-from bq_platform.lib.jobids import day_fingerprint, day_partition, hour_partition, job_id, job_labels
+from bq_platform.lib.jobids import (
+    day_fingerprint,
+    day_partition,
+    hour_partition,
+    job_id,
+    job_labels,
+)
 from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
 from bq_platform.lib.layout import hour_label, hour_manifest_key
 from bq_platform.lib.manifest import HourManifest
@@ -210,13 +216,12 @@ def publish_day(
 
     Raises:
         ValueError: if no hour of the day is publishable.
-        JobFailedError / QuotaBudgetExceededError: see :func:`~bq_platform.lib.jobs.run_idempotent_job`.
+        JobFailedError / QuotaBudgetExceededError: see
+            :func:`~bq_platform.lib.jobs.run_idempotent_job`.
     """
     spec = published_spec(kind, require_partition_filter)
     warehouse.ensure_table(spec)
-    ready = {
-        h: m for h, m in completeness.manifests.items() if h not in completeness.problems
-    }
+    ready = {h: m for h, m in completeness.manifests.items() if h not in completeness.problems}
     if not ready:
         raise ValueError(f"no hour of {completeness.day} is ready to publish into {spec.name}")
     day = completeness.day

@@ -44,7 +44,8 @@ class JobBudget:
         if used + 1 > self.per_table_per_day:
             raise QuotaBudgetExceededError(
                 f"job budget for table {table!r} is spent: {used} jobs on {today} (UTC), budget "
-                f"{self.per_table_per_day}/day (BigQuery allows {BIGQUERY_TABLE_OPERATIONS_PER_DAY} "
+                f"{self.per_table_per_day}/day (BigQuery allows "
+                f"{BIGQUERY_TABLE_OPERATIONS_PER_DAY} "
                 "table operations per table per day). Wait for tomorrow (UTC) or raise "
                 "BQ_PLATFORM_JOB_BUDGET if you have headroom; nothing was submitted."
             )

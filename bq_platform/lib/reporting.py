@@ -5,7 +5,12 @@ from collections.abc import Iterable
 from bq_platform.lib.accounting import SiteHourCounts
 
 COUNT_FIELDS = (
-    "source_lines", "pageviews", "non_page_hits", "rejected", "duplicates", "out_of_window",
+    "source_lines",
+    "pageviews",
+    "non_page_hits",
+    "rejected",
+    "duplicates",
+    "out_of_window",
     "sample_rows",
 )
 
@@ -26,7 +31,9 @@ def counts_markdown(counts: Iterable[SiteHourCounts], max_rows: int = 200) -> st
     lines = [header, "|" + "---|" * (len(COUNT_FIELDS) + 3)]
     for c in rows[:max_rows]:
         values = " | ".join(str(getattr(c, f)) for f in COUNT_FIELDS)
-        lines.append(f"| {c.site} | {c.hour:%Y-%m-%dT%H} | {values} | {'yes' if c.balanced else '**NO**'} |")
+        lines.append(
+            f"| {c.site} | {c.hour:%Y-%m-%dT%H} | {values} | {'yes' if c.balanced else '**NO**'} |"
+        )
     if len(rows) > max_rows:
         lines.append(f"\n{len(rows) - max_rows} more site-hours not shown")
     if not rows:

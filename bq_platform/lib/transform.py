@@ -22,19 +22,20 @@ order and types (``event_id`` ... ``user_agent``, ``status``/``response_bytes`` 
   (``out_of_window`` for that category).
 - ``raw``: the line as valid UTF-8 (invalid bytes replaced by U+FFFD), ``\\r`` kept.
 - pageview columns: complete for pages; for other rows they hold what could be parsed (nulls
-  otherwise) and are not stored. ``event_id`` = hex SHA-256 of ``file_sha256 + ':' + line_no``,
-  stable across re-runs; ``visitor_id`` is null when the line has no host.
-- ``in_sample``: the line's visitor is in the 1-in-200 sample (false when there is no visitor).
+  otherwise) and are not stored, except ``event_id`` and ``visitor_id``, which are only
+  computed for pages (hashing is a good part of the cost). ``event_id`` = hex SHA-256 of
+  ``file_sha256 + ':' + line_no``, stable across re-runs.
+- ``in_sample``: the page's visitor is in the 1-in-200 sample (false for other rows).
 
 Parsing follows :mod:`bq_platform.lib.logformat` (whose Python :func:`parse_line` is the
 reference), pages :mod:`bq_platform.lib.pages`, visitors :mod:`bq_platform.lib.pseudonymize`.
 
 Speed: each regular expression runs once per line. Instead of one ``regexp_extract`` per group
 (which re-runs the whole match for each of 9 groups), the line is rewritten by
-``regexp_replace`` into its groups joined by NUL and split; on 2.04 M real lines (local[2]) the
-line parse took 5.0-6.5 s this way against 19-25 s with nine ``regexp_extract`` calls. NUL and
-U+0001 in a line are replaced by U+FFFD before parsing so that they cannot be confused with the
-separator.
+``regexp_replace`` into its groups joined by ``\\n`` and split; on 2.04 M real lines (local[2])
+the line parse took 5.0-6.5 s this way against 19-25 s with nine ``regexp_extract`` calls. A
+line never contains ``\\n`` (lines are split on it), so the rewrite is unambiguous: the result
+has exactly ``groups + 1`` parts if and only if the line matched.
 """
 
 from pyspark.sql import Column, DataFrame
@@ -58,6 +59,7 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 INPUT_COLUMNS: tuple[str, ...] = ("site", "hour_label", "data_key", "file_sha256", "line_no", "raw")
+#: ``raw`` is one line: a value containing ``\n`` is classified ``malformed``.
 PAGEVIEW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in PAGEVIEW_COLUMNS)
 OUTPUT_COLUMNS: tuple[str, ...] = (
     ("hour_label", "data_key", "line_no", "category", "reason", "raw")
@@ -65,8 +67,7 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
     + ("in_sample",)
 )
 
-_SEP = "\x00"  # field separator of the rewritten line; cannot occur (see clean_line)
-_MARK = "\x01"  # last element of a rewritten line: the pattern matched
+_SEP = lf.NEWLINE  # field separator of a rewritten line: cannot occur in a line
 _SECONDS_PER_HOUR = 3600
 _SECONDS_PER_DAY = 86400
 _STATUS_TOKEN = lf.java_regex(r"\d{3}")
@@ -74,17 +75,19 @@ _BYTES_TOKEN = lf.java_regex(r"\d+|-")
 
 
 def _groups(text: Column, pattern: str, groups: int) -> Column:
-    """``array<string>``: the pattern's groups then :data:`_MARK` if ``text`` fully matches it.
+    """``array<string>``: the pattern's groups then ``''`` if ``text`` fully matches it.
 
-    An unmatched optional group gives ``''``. A text that does not match comes back as a
-    one-element array (it contains no separator), so ``get(_, groups)`` is null.
+    An unmatched optional group gives ``''``. A text without ``\\n`` that does not match comes
+    back unchanged as a one-element array; a text with ``\\n`` (not a line) never has exactly
+    ``groups + 1`` parts unless it matched, and is then refused by :func:`_matched`.
     """
-    replacement = _SEP.join(f"${i}" for i in range(1, groups + 1)) + _SEP + _MARK
+    replacement = _SEP.join(f"${i}" for i in range(1, groups + 1)) + _SEP
     return F.split(F.regexp_replace(text, lf.java_regex(pattern), replacement), _SEP)
 
 
 def _matched(parts: Column, groups: int) -> Column:
-    return F.coalesce(F.get(parts, groups) == F.lit(_MARK), F.lit(False))
+    """The :func:`_groups` rewrite matched; only valid for a text without ``\\n``."""
+    return F.coalesce(F.size(parts) == groups + 1, F.lit(False))
 
 
 def _optional(value: Column) -> Column:
@@ -92,13 +95,13 @@ def _optional(value: Column) -> Column:
     return F.when(~value.isin("", "-"), value)
 
 
-def _diagnose(line: Column) -> Column:
+def _diagnose(line: Column, one_line: Column) -> Column:
     """Reason code for a line that does not match :data:`logformat.LINE_PATTERN`."""
     loose = _groups(line, lf.LOOSE_LINE_PATTERN, 9)
     blank = F.length(F.trim(line, F.lit(lf.BLANK_CHARS))) == 0
     return (
         F.when(blank, F.lit(lf.REASON_EMPTY_LINE))
-        .when(~_matched(loose, 9), F.lit(lf.REASON_MALFORMED))
+        .when(~(one_line & _matched(loose, 9)), F.lit(lf.REASON_MALFORMED))
         .when(~F.get(loose, 5).rlike(_STATUS_TOKEN), F.lit(lf.REASON_BAD_STATUS))
         .when(~F.get(loose, 6).rlike(_BYTES_TOKEN), F.lit(lf.REASON_BAD_BYTES))
         .otherwise(F.lit(lf.REASON_MALFORMED))
@@ -125,30 +128,26 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
     spark = lines.sparkSession
     meta = [F.col(c) for c in ("site", "hour_label", "data_key", "file_sha256", "line_no")]
 
-    # Stage 1: valid UTF-8, one trailing CR stripped, separators neutralised.
+    # Stage 1: valid UTF-8, one trailing CR stripped.
     valid = lines.select(*meta, F.make_valid_utf8(F.col("raw")).alias("raw"))
     raw = F.col("raw")
     no_cr = F.when(raw.endswith("\r"), raw.substr(F.lit(1), F.length(raw) - 1)).otherwise(raw)
-    has_separator = F.lit(False)
-    for char in lf.SEPARATOR_CHARS:  # a byte search; translate() costs ~3 us on every line
-        has_separator = has_separator | F.contains(raw, F.lit(char))
-    neutral = F.translate(no_cr, lf.SEPARATOR_CHARS, lf.REPLACEMENT_CHAR * len(lf.SEPARATOR_CHARS))
     cleaned = valid.select(
-        *meta, raw, F.when(has_separator, neutral).otherwise(no_cr).alias("line")
+        *meta, raw, no_cr.alias("line"), (~F.contains(raw, F.lit(_SEP))).alias("one_line")
     )
 
     # Stage 2: the line pattern, once per line.
     split = cleaned.select(
-        *meta, "raw", "line", _groups(F.col("line"), lf.LINE_PATTERN, 9).alias("f")
+        *meta, "raw", "line", "one_line", _groups(F.col("line"), lf.LINE_PATTERN, 9).alias("f")
     )
     f = F.col("f")
-    matched = _matched(f, 9)
+    matched = F.col("one_line") & _matched(f, 9)
     field = [F.when(matched, F.get(f, i)) for i in range(9)]
     bytes_value = F.when(field[6] != "-", field[6].try_cast("bigint"))
     fields = split.select(
         *meta, "raw",
         matched.alias("matched"),
-        F.when(~matched, _diagnose(F.col("line"))).alias("parse_reason"),
+        F.when(~matched, _diagnose(F.col("line"), F.col("one_line"))).alias("parse_reason"),
         field[0].alias("host"),
         F.try_to_timestamp(field[3], F.lit(lf.SPARK_TIMESTAMP_FORMAT)).alias("ts_raw"),
         field[4].alias("request"),
@@ -174,7 +173,7 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
         F.floor(secs / _SECONDS_PER_HOUR).alias("epoch_hour"),
     )
     r = F.col("r")
-    is_request = _matched(r, 3)
+    is_request = _matched(r, 3)  # a request comes from a line, so it has no \n
     target = F.when(is_request, F.get(r, 1))
     has_query = F.instr(target, "?") > 0
     event_hour_label = F.concat(
@@ -191,13 +190,9 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
         .alias("query_string"),
         F.when(is_request & (F.get(r, 2) != ""), F.get(r, 2)).alias("http_protocol"),
         F.coalesce(event_hour_label == F.col("hour_label"), F.lit(False)).alias("in_window"),
-        visitor_id_column(F.col("host"), visitor_key, spark).alias("visitor_id"),
-        F.sha2(
-            F.concat(F.col("file_sha256"), F.lit(":"), F.col("line_no").cast("string")), 256
-        ).alias("event_id"),
     )
 
-    # Stage 4: classification.
+    # Stage 4: classification; the hashes only for pages (the only rows that keep them).
     reject_reason = (
         F.when(~F.col("matched"), F.col("parse_reason"))
         .when(F.col("bad_bytes"), F.lit(lf.REASON_BAD_BYTES))
@@ -210,13 +205,21 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
         .when(page, F.lit(CATEGORY_PAGE))
         .otherwise(F.lit(CATEGORY_NON_PAGE))
     )
-    classified = requests.withColumn("category", category).withColumn(
-        "reason",
-        F.when(F.col("category") == CATEGORY_REJECTED, reject_reason).when(
-            F.col("category") == CATEGORY_OUT_OF_WINDOW, F.lit(lf.REASON_OUT_OF_WINDOW)
-        ),
+    classified = requests.select(
+        "*", reject_reason.alias("reject_reason"), category.alias("category")
     )
-    return classified.select(
+    is_page_row = F.col("category") == CATEGORY_PAGE
+    event_key = F.concat(F.col("file_sha256"), F.lit(":"), F.col("line_no").cast("string"))
+    hashed = classified.select(
+        "*",
+        F.when(is_page_row, visitor_id_column(F.col("host"), visitor_key, spark))
+        .alias("visitor_id"),
+        F.when(is_page_row, F.sha2(event_key, 256)).alias("event_id"),
+        F.when(F.col("category") == CATEGORY_OUT_OF_WINDOW, F.lit(lf.REASON_OUT_OF_WINDOW))
+        .otherwise(F.col("reject_reason"))
+        .alias("reason"),
+    )
+    return hashed.select(
         "hour_label", "data_key", "line_no", "category", "reason", "raw",
         *PAGEVIEW_COLUMN_NAMES,
         in_sample_column(F.col("visitor_id")).alias("in_sample"),

@@ -11,7 +11,8 @@ from bq_platform.lib.landing import land_file
 
 def _land(tmp_path, name: str, hour: int, n: int) -> None:
     lines = b"".join(
-        f'h{i} - - [01/Aug/1995:{hour:02d}:00:{i % 60:02d} +0000] "GET /{name} HTTP/1.0" 200 1\n'.encode()
+        f'h{i} - - [01/Aug/1995:{hour:02d}:00:{i % 60:02d} +0000] "GET /{name} HTTP/1.0" 200 1\n'
+        .encode()
         for i in range(n)
     )
     path = tmp_path / f"{name}.log.gz"

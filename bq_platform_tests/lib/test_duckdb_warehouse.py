@@ -154,8 +154,7 @@ def test_ensure_table_creates_table_with_types_layout_and_parent_folder(
     types = {
         r["column_name"]: (r["data_type"], r["is_nullable"])
         for r in wh.query(
-            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
-            "WHERE table_name = ?",
+            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() WHERE table_name = ?",
             ["pageviews"],
         )
     }
@@ -434,8 +433,13 @@ def test_copy_into_day_partition_replaces_only_that_day(
     wh.ensure_table(pageviews_spec())
     day2_hour = HOUR + dt.timedelta(days=1)
     h4 = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3, tag="a"), "s1")
-    h5 = stage(wh, tmp_path, HOUR + dt.timedelta(hours=1),
-               pageviews(HOUR + dt.timedelta(hours=1), 2, tag="a"), "s2")
+    h5 = stage(
+        wh,
+        tmp_path,
+        HOUR + dt.timedelta(hours=1),
+        pageviews(HOUR + dt.timedelta(hours=1), 2, tag="a"),
+        "s2",
+    )
     d2 = stage(wh, tmp_path, day2_hour, pageviews(day2_hour, 4, tag="a"), "s3")
     assert wh.submit_job(CopyJob("c1", (h4, h5), "pageviews$19950801")).output_rows == 5
     assert wh.submit_job(CopyJob("c2", (d2,), "pageviews$19950802")).output_rows == 4
@@ -448,7 +452,8 @@ def test_copy_into_day_partition_replaces_only_that_day(
     assert wh.partition_rows("pageviews", DAY1) == 3
     assert wh.partition_rows("pageviews", DAY2) == 4
     assert [i for i in event_ids(wh, "pageviews") if i.startswith("a-19950801")] == [
-        "a-1995080105-0", "a-1995080105-1"
+        "a-1995080105-0",
+        "a-1995080105-1",
     ]
     job = wh.query("SELECT destination, \"partition\" FROM _bq_platform_jobs WHERE job_id = 'c3'")
     assert job == [{"destination": "pageviews", "partition": "19950801"}]
@@ -462,7 +467,9 @@ def test_copy_with_row_of_another_day_fails_and_changes_nothing(
     assert wh.submit_job(CopyJob("c1", (good,), "pageviews$19950801")).succeeded
     other_hour = HOUR + dt.timedelta(hours=1)
     mixed = stage(
-        wh, tmp_path, other_hour,
+        wh,
+        tmp_path,
+        other_hour,
         pageviews(other_hour, 2, tag="b") + pageviews(HOUR + dt.timedelta(days=1), 1, tag="c"),
         "s2",
     )
@@ -556,8 +563,9 @@ def test_jobs_submitted_counts_per_table_and_utc_day(wh: DuckDBWarehouse, tmp_pa
 
 def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
     assert wh.read_publish_record("pageviews", "19950801") is None
-    first = PublishRecord("pageviews", "19950801", "job_g0", "f" * 64, 10,
-                          dt.datetime(2024, 1, 1, 12, tzinfo=UTC))
+    first = PublishRecord(
+        "pageviews", "19950801", "job_g0", "f" * 64, 10, dt.datetime(2024, 1, 1, 12, tzinfo=UTC)
+    )
     wh.write_publish_record(first)
     assert wh.read_publish_record("pageviews", "19950801") == first
     tz_plus2 = dt.timezone(dt.timedelta(hours=2))
@@ -585,13 +593,16 @@ def audit(hour: dt.datetime, site: str, lines: int, fingerprint: str = "fp1") ->
 
 def test_replace_audit_rows_replaces_exactly_the_given_hours(wh: DuckDBWarehouse) -> None:
     h4, h5, h6 = (HOUR + dt.timedelta(hours=i) for i in range(3))
-    wh.replace_audit_rows([h4, h5], [audit(h4, "a.org", 1), audit(h4, "b.org", 2),
-                                     audit(h5, "a.org", 3)])
+    wh.replace_audit_rows(
+        [h4, h5], [audit(h4, "a.org", 1), audit(h4, "b.org", 2), audit(h5, "a.org", 3)]
+    )
     wh.replace_audit_rows([h5, h6], [audit(h5, "b.org", 4, "fp2"), audit(h6, "a.org", 5, "fp2")])
 
     rows = wh.audit_rows(h4, h6 + dt.timedelta(hours=1))
     assert [(r["hour"], r["site"], r["source_lines"], r["fingerprint"]) for r in rows] == [
-        (h4, "a.org", 1, "fp1"), (h4, "b.org", 2, "fp1"), (h5, "b.org", 4, "fp2"),
+        (h4, "a.org", 1, "fp1"),
+        (h4, "b.org", 2, "fp1"),
+        (h5, "b.org", 4, "fp2"),
         (h6, "a.org", 5, "fp2"),
     ]
     assert all(r["hour"].tzinfo is UTC and r["event_date"] == DAY1 for r in rows)
@@ -636,9 +647,7 @@ def test_replace_audit_rows_is_atomic(wh: DuckDBWarehouse, monkeypatch: pytest.M
 
 def test_query_takes_parameters_and_refuses_writes(wh: DuckDBWarehouse) -> None:
     ts = dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.timezone(dt.timedelta(hours=-5)))
-    assert wh.query("SELECT ? AS n, CAST(? AS TIMESTAMPTZ) AS ts", [2, ts]) == [
-        {"n": 2, "ts": ts}
-    ]
+    assert wh.query("SELECT ? AS n, CAST(? AS TIMESTAMPTZ) AS ts", [2, ts]) == [{"n": 2, "ts": ts}]
     assert wh.query("SELECT CAST(? AS TIMESTAMPTZ) AS ts", [ts])[0]["ts"].tzinfo is UTC
     for sql in ("DELETE FROM _bq_platform_jobs", "SELECT 1; SELECT 2", "DROP TABLE x"):
         with pytest.raises(ValueError, match="read-only"):
@@ -736,6 +745,9 @@ def test_results_are_utc_whatever_the_machine_time_zone(
     env = os.environ | {"TZ": "America/New_York", "PYTHONPATH": str(Path(__file__).parents[2])}
     out = subprocess.run(
         [sys.executable, "-c", _OTHER_ZONE, str(wh.path), table],
-        env=env, capture_output=True, text=True, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert json.loads(out) == {"ts": "1995-08-01T00:30:00+00:00", "d": "1995-08-01", "n": 2}

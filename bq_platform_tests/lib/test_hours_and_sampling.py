@@ -4,7 +4,12 @@ import datetime as dt
 
 import pytest
 
-from bq_platform.lib.hours import day_hours, hour_partition_key, hours_between, parse_hour_partition_key
+from bq_platform.lib.hours import (
+    day_hours,
+    hour_partition_key,
+    hours_between,
+    parse_hour_partition_key,
+)
 from bq_platform.lib.sampling_check import sample_ratio
 
 UTC = dt.UTC
@@ -15,9 +20,9 @@ def test_hours_between_is_half_open_and_utc():
     hours = hours_between(start, start + dt.timedelta(hours=3))
     assert [h.hour for h in hours] == [22, 23, 0]
     edt = dt.timezone(-dt.timedelta(hours=4))
-    assert hours_between(dt.datetime(1995, 8, 1, 0, tzinfo=edt), dt.datetime(1995, 8, 1, 1, tzinfo=edt)) == [
-        dt.datetime(1995, 8, 1, 4, tzinfo=UTC)
-    ]
+    assert hours_between(
+        dt.datetime(1995, 8, 1, 0, tzinfo=edt), dt.datetime(1995, 8, 1, 1, tzinfo=edt)
+    ) == [dt.datetime(1995, 8, 1, 4, tzinfo=UTC)]
     with pytest.raises(ValueError):
         hours_between(dt.datetime(1995, 8, 1), dt.datetime(1995, 8, 2))
     with pytest.raises(ValueError):

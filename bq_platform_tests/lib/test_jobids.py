@@ -34,8 +34,13 @@ def test_job_id_is_deterministic_and_names_everything():
     ],
 )
 def test_every_part_changes_the_id(change):
-    base = {"kind": "copy", "destination": "pageviews", "partition": "19950801",
-            "fingerprint": FP, "generation": 0}
+    base = {
+        "kind": "copy",
+        "destination": "pageviews",
+        "partition": "19950801",
+        "fingerprint": FP,
+        "generation": 0,
+    }
     assert job_id(**base) != job_id(**{**base, **change})
 
 
@@ -50,8 +55,13 @@ def test_every_part_changes_the_id(change):
     ],
 )
 def test_malformed_parts_are_refused(bad):
-    base = {"kind": "copy", "destination": "pageviews", "partition": "19950801",
-            "fingerprint": FP, "generation": 0}
+    base = {
+        "kind": "copy",
+        "destination": "pageviews",
+        "partition": "19950801",
+        "fingerprint": FP,
+        "generation": 0,
+    }
     with pytest.raises(ValueError):
         job_id(**{**base, **bad})
 
@@ -66,8 +76,18 @@ def test_input_fingerprint_ignores_order_and_repeated_deliveries():
 def test_hour_fingerprint_depends_on_content_code_key_and_rate():
     base = hour_fingerprint("in", "1", "key", 200)
     assert base == hour_fingerprint("in", "1", "key", 200)
-    assert len({base, hour_fingerprint("in2", "1", "key", 200), hour_fingerprint("in", "2", "key", 200),
-                hour_fingerprint("in", "1", "key2", 200), hour_fingerprint("in", "1", "key", 100)}) == 5
+    assert (
+        len(
+            {
+                base,
+                hour_fingerprint("in2", "1", "key", 200),
+                hour_fingerprint("in", "2", "key", 200),
+                hour_fingerprint("in", "1", "key2", 200),
+                hour_fingerprint("in", "1", "key", 100),
+            }
+        )
+        == 5
+    )
 
 
 def test_day_fingerprint_changes_when_one_hour_changes():

@@ -148,7 +148,10 @@ class FakeWarehouse(Warehouse):
 
 def run(wh: Warehouse, fingerprint: str, budget: JobBudget | None = None) -> JobOutcome:
     return run_idempotent_job(
-        wh, copy_maker(fingerprint), fingerprint=fingerprint, partition=DAY_PARTITION,
+        wh,
+        copy_maker(fingerprint),
+        fingerprint=fingerprint,
+        partition=DAY_PARTITION,
         budget=budget,
     )
 
@@ -162,7 +165,11 @@ def test_new_job_is_submitted_and_recorded() -> None:
 
     assert outcome == JobOutcome(cid(FP_A, 0), "submitted", 0, 7)
     assert wh.names() == [
-        "get_job", "jobs_submitted", "submit_job", "read_publish_record", "write_publish_record"
+        "get_job",
+        "jobs_submitted",
+        "submit_job",
+        "read_publish_record",
+        "write_publish_record",
     ]
     assert ("jobs_submitted", "pageviews") in wh.calls  # the decorator is stripped
     record = wh.record()
@@ -195,8 +202,14 @@ def test_conflict_on_submit_adopts_the_other_runs_job(state: str) -> None:
 
     assert outcome == JobOutcome(cid(FP_A, 0), "adopted", 0, 5)
     waited = ["wait_job"] if state != "DONE" else []
-    assert wh.names() == ["get_job", "submit_job", "get_job", *waited,
-                          "read_publish_record", "write_publish_record"]
+    assert wh.names() == [
+        "get_job",
+        "submit_job",
+        "get_job",
+        *waited,
+        "read_publish_record",
+        "write_publish_record",
+    ]
 
 
 def test_old_failed_job_leads_to_generation_1() -> None:
@@ -317,18 +330,31 @@ def test_every_generation_failed_gives_up() -> None:
 
 # ----------------------------------------------------------------------- against DuckDB
 
-ARROW = {"STRING": pa.string(), "INT64": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-         "DATE": pa.date32()}
+ARROW = {
+    "STRING": pa.string(),
+    "INT64": pa.int64(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "DATE": pa.date32(),
+}
 SCHEMA = pa.schema([pa.field(c.name, ARROW[c.type]) for c in PAGEVIEW_COLUMNS])
 
 
 def write_hour(path: Path, hour: dt.datetime, n: int, tag: str) -> str:
     rows = [
         {
-            "event_id": f"{tag}-{i}", "event_ts": hour + dt.timedelta(seconds=i),
-            "event_date": hour.date(), "site": "epa.gov", "visitor_id": "v", "page_path": "/",
-            "query_string": None, "http_method": "GET", "http_protocol": "HTTP/1.0",
-            "status": 200, "response_bytes": None, "referrer": None, "user_agent": None,
+            "event_id": f"{tag}-{i}",
+            "event_ts": hour + dt.timedelta(seconds=i),
+            "event_date": hour.date(),
+            "site": "epa.gov",
+            "visitor_id": "v",
+            "page_path": "/",
+            "query_string": None,
+            "http_method": "GET",
+            "http_protocol": "HTTP/1.0",
+            "status": 200,
+            "response_bytes": None,
+            "referrer": None,
+            "user_agent": None,
         }
         for i in range(n)
     ]
@@ -380,7 +406,9 @@ def test_duckdb_load_runs_once_per_content(duck: DuckDBWarehouse, tmp_path: Path
     assert duck.jobs_submitted(table, today) == 2
     record = duck.read_publish_record(table, "1995080104")
     assert record is not None and (record.job_id, record.fingerprint, record.rows) == (
-        third.job_id, FP_B, 5
+        third.job_id,
+        FP_B,
+        5,
     )
     job = duck.get_job(third.job_id)
     assert job is not None and job.labels == {"fingerprint": FP_B[:40]}
@@ -431,11 +459,18 @@ def test_duckdb_publish_day_revert_and_rerun(duck: DuckDBWarehouse, tmp_path: Pa
         load_stage(duck, [file], fingerprint)
         return run(duck, fingerprint)
 
-    outcomes = [publish(file_a, FP_A), publish(file_b, FP_B), publish(file_a, FP_A),
-                publish(file_a, FP_A)]
+    outcomes = [
+        publish(file_a, FP_A),
+        publish(file_b, FP_B),
+        publish(file_a, FP_A),
+        publish(file_a, FP_A),
+    ]
 
     assert [(o.action, o.generation) for o in outcomes] == [
-        ("submitted", 0), ("submitted", 0), ("submitted", 1), ("skipped", 1)
+        ("submitted", 0),
+        ("submitted", 0),
+        ("submitted", 1),
+        ("skipped", 1),
     ]
     assert outcomes[3].job_id == outcomes[2].job_id == cid(FP_A, 1)
     assert duck.partition_rows("pageviews", DAY) == 3
@@ -443,5 +478,9 @@ def test_duckdb_publish_day_revert_and_rerun(duck: DuckDBWarehouse, tmp_path: Pa
     assert ids == ["a-0", "a-1", "a-2"]
     record = duck.read_publish_record("pageviews", DAY_PARTITION)
     assert record is not None and dataclasses.astuple(record)[:5] == (
-        "pageviews", DAY_PARTITION, cid(FP_A, 1), FP_A, 3
+        "pageviews",
+        DAY_PARTITION,
+        cid(FP_A, 1),
+        FP_A,
+        3,
     )

@@ -29,9 +29,8 @@ def pageview_logs(
         )
     context.log.info(
         "landing zone: %d hours, %d files, %d source lines",
-        len(index.hours()), sum(h.files for h in index.hours()),
+        len(index.hours()),
+        sum(h.files for h in index.hours()),
         sum(h.source_lines for h in index.hours()),
     )
-    return dg.DataVersionsByPartition(
-        {h.partition_key: h.input_fingerprint for h in index.hours()}
-    )
+    return dg.DataVersionsByPartition({h.partition_key: h.input_fingerprint for h in index.hours()})

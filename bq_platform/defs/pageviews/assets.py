@@ -97,8 +97,10 @@ def pageview_files(
                 passed=passed,
                 severity=dg.AssetCheckSeverity.ERROR,
                 description=(
-                    f"{len(counts)} site-hours balance" if passed
-                    else f"{len(problems)} problems: " + "; ".join(problems[:5])
+                    f"{len(counts)} site-hours balance"
+                    if passed
+                    else f"{len(problems)} problems: "
+                    + "; ".join(problems[:5])
                     + ". Fix the landed files (bq-platform land) and re-run these hours."
                 ),
                 metadata={

@@ -8,7 +8,12 @@ from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, Wa
 from bq_platform.lib.accounting import audit_records
 from bq_platform.lib.hours import hours_between
 from bq_platform.lib.layout import hour_label
-from bq_platform.lib.publish import day_completeness, load_stage_hour, publish_day, read_hour_manifest
+from bq_platform.lib.publish import (
+    day_completeness,
+    load_stage_hour,
+    publish_day,
+    read_hour_manifest,
+)
 from bq_platform.lib.sampling_check import sample_ratio
 
 STAGE_CHECK = "stage_matches_manifest"
@@ -56,7 +61,9 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
         description=_STAGE_DOCS[kind],
         check_specs=[
             dg.AssetCheckSpec(
-                STAGE_CHECK, asset=key, blocking=True,
+                STAGE_CHECK,
+                asset=key,
+                blocking=True,
                 description="Each hour's stage table holds exactly the rows its manifest names.",
             )
         ],
@@ -77,8 +84,14 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 continue
             results.append(
                 load_stage_hour(
-                    wh, store, manifest, kind, asset=name, run_id=context.run_id,
-                    budget=settings.budget(), log=context.log,
+                    wh,
+                    store,
+                    manifest,
+                    kind,
+                    asset=name,
+                    run_id=context.run_id,
+                    budget=settings.budget(),
+                    log=context.log,
                 )
             )
         if missing:
@@ -96,8 +109,10 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 "jobs_adopted": actions.count("adopted"),
                 "jobs_skipped": actions.count("skipped"),
                 "job_ids": dg.MetadataValue.md(
-                    "\n".join(f"- `{r.table}`: `{r.outcome.job_id}` ({r.outcome.action})"
-                              for r in results[:48])
+                    "\n".join(
+                        f"- `{r.table}`: `{r.outcome.job_id}` ({r.outcome.action})"
+                        for r in results[:48]
+                    )
                 ),
             },
             check_results=[
@@ -107,7 +122,8 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                     description="; ".join(
                         f"{r.table}: {r.table_rows} rows, manifest {r.expected_rows}"
                         for r in wrong[:5]
-                    ) or f"{len(results)} stage tables match their manifests",
+                    )
+                    or f"{len(results)} stage tables match their manifests",
                     metadata={"hours": len(results), "mismatched": len(wrong)},
                 )
             ],
@@ -165,14 +181,16 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
     key = ["warehouse", name]
     checks = [
         dg.AssetCheckSpec(
-            DAY_CHECK, asset=key,
+            DAY_CHECK,
+            asset=key,
             description="The published day partition holds exactly the sum of its stage tables.",
         )
     ]
     if kind == "sample":
         checks.append(
             dg.AssetCheckSpec(
-                SAMPLE_CHECK, asset=key,
+                SAMPLE_CHECK,
+                asset=key,
                 description="Sampled visitors are within a binomial bound of 1 in 200.",
             )
         )
@@ -213,13 +231,22 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
                 )
             context.log.warning("publishing an incomplete day (operator's choice): %s", message)
         result = publish_day(
-            wh, completeness, kind, asset=name, run_id=context.run_id,
+            wh,
+            completeness,
+            kind,
+            asset=name,
+            run_id=context.run_id,
             require_partition_filter=warehouse.require_partition_filter,
-            budget=settings.budget(), log=context.log,
+            budget=settings.budget(),
+            log=context.log,
         )
         context.log.info(
-            "%s: %s by %s (%s), %d rows", result.destination, result.outcome.action,
-            result.outcome.job_id, result.fingerprint[:12], result.partition_rows,
+            "%s: %s by %s (%s), %d rows",
+            result.destination,
+            result.outcome.action,
+            result.outcome.job_id,
+            result.fingerprint[:12],
+            result.partition_rows,
         )
         check_results = [
             dg.AssetCheckResult(
@@ -227,8 +254,10 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
                 passed=result.partition_rows == result.expected_rows,
                 description=f"partition {result.destination} has {result.partition_rows} rows; "
                 f"its {result.hours} stage tables have {result.expected_rows}",
-                metadata={"partition_rows": result.partition_rows,
-                          "stage_rows": result.expected_rows},
+                metadata={
+                    "partition_rows": result.partition_rows,
+                    "stage_rows": result.expected_rows,
+                },
             )
         ]
         if kind == "sample":
@@ -242,8 +271,12 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
                     passed=ratio.passed,
                     severity=dg.AssetCheckSeverity.WARN,
                     description=ratio.describe(),
-                    metadata={"visitor_hours": ratio.units, "sampled": ratio.sampled,
-                              "expected": round(ratio.expected, 2), "skipped": ratio.skipped},
+                    metadata={
+                        "visitor_hours": ratio.units,
+                        "sampled": ratio.sampled,
+                        "expected": round(ratio.expected, 2),
+                        "skipped": ratio.skipped,
+                    },
                 )
             )
         return dg.MaterializeResult(

@@ -198,11 +198,11 @@ class Warehouse(abc.ABC):
 
     @abc.abstractmethod
     def partition_rows(self, table: str, day: dt.date) -> int:
-        """Rows in one day partition from metadata (``INFORMATION_SCHEMA.PARTITIONS``); 0 if empty."""
+        """Rows of a day partition from metadata (``INFORMATION_SCHEMA.PARTITIONS``); 0 if empty."""
 
     @abc.abstractmethod
     def jobs_submitted(self, table: str, day: dt.date) -> int:
-        """Jobs this project submitted with ``table`` as destination on UTC ``day`` (for budgets)."""
+        """Jobs submitted with ``table`` as destination on UTC ``day`` (for budgets)."""
 
     @abc.abstractmethod
     def read_publish_record(self, destination: str, partition: str) -> PublishRecord | None:
@@ -213,7 +213,9 @@ class Warehouse(abc.ABC):
         """Store ``record``, replacing the previous one for the same destination partition."""
 
     @abc.abstractmethod
-    def replace_audit_rows(self, hours: Sequence[dt.datetime], rows: Sequence[Mapping[str, Any]]) -> None:
+    def replace_audit_rows(
+        self, hours: Sequence[dt.datetime], rows: Sequence[Mapping[str, Any]]
+    ) -> None:
         """Atomically replace ``pageviews_audit`` rows of ``hours`` (UTC) with ``rows``."""
 
     @abc.abstractmethod

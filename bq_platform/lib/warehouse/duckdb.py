@@ -437,9 +437,7 @@ class DuckDBWarehouse(Warehouse):
         )
 
     @staticmethod
-    def _write_layout(
-        con: duckdb.DuckDBPyConnection, spec: TableSpec, *, replace: bool
-    ) -> None:
+    def _write_layout(con: duckdb.DuckDBPyConnection, spec: TableSpec, *, replace: bool) -> None:
         """Insert (or with ``replace``, update) the table's layout row from ``spec``.
 
         ``expires_at`` is counted from the table's first creation, as BigQuery's
@@ -468,7 +466,8 @@ class DuckDBWarehouse(Warehouse):
                 json.dumps(list(spec.clustering)),
                 spec.require_partition_filter,
                 spec.expiration_days,
-                None if spec.expiration_days is None
+                None
+                if spec.expiration_days is None
                 else now + dt.timedelta(days=spec.expiration_days),
                 json.dumps(dict(sorted(spec.labels.items()))),
                 spec.description,
@@ -632,8 +631,11 @@ class DuckDBWarehouse(Warehouse):
         return TableSpec(
             name=table,
             columns=tuple(
-                Column(name, _BIGQUERY_TYPES.get(data_type, data_type),
-                       "NULLABLE" if nullable else "REQUIRED")
+                Column(
+                    name,
+                    _BIGQUERY_TYPES.get(data_type, data_type),
+                    "NULLABLE" if nullable else "REQUIRED",
+                )
                 for name, data_type, nullable in columns
             ),
             partition_field=layout.partition_field,
@@ -736,11 +738,21 @@ class DuckDBWarehouse(Warehouse):
                 _rollback(con)
                 reason, message = _classify(exc)
                 log.warning(
-                    "%s job %s -> %s failed: %s: %s", kind, job.job_id, job.destination,
-                    reason, message, exc_info=exc if reason == INTERNAL_ERROR else None,
+                    "%s job %s -> %s failed: %s: %s",
+                    kind,
+                    job.job_id,
+                    job.destination,
+                    reason,
+                    message,
+                    exc_info=exc if reason == INTERNAL_ERROR else None,
                 )
                 status = self._record_job(
-                    con, job, kind, created_at, output_rows=None, reason=reason,
+                    con,
+                    job,
+                    kind,
+                    created_at,
+                    output_rows=None,
+                    reason=reason,
                     message=f"{kind} job {job.job_id} -> {job.destination}: {message}",
                 )
                 return status
@@ -961,11 +973,13 @@ class DuckDBWarehouse(Warehouse):
             src_field = self._partition_field(con, src_table)
             if src_field is None:
                 raise _JobError(INVALID, f"source {source}: {src_table} is not partitioned")
-            selects.append((
-                source,
-                f"SELECT * FROM {_ident(src_table)} WHERE {_ident(src_field)} = ?",
-                [src_day],
-            ))
+            selects.append(
+                (
+                    source,
+                    f"SELECT * FROM {_ident(src_table)} WHERE {_ident(src_field)} = ?",
+                    [src_day],
+                )
+            )
         exists = self._exists(con, table)
         if day is None:
             if not exists:
@@ -1133,8 +1147,9 @@ class DuckDBWarehouse(Warehouse):
                 )
             finally:
                 con.unregister("_bq_platform_audit_rows")
-        log.info("audit: replaced %d rows of %d hours with %d rows",
-                 deleted, len(hour_set), len(rows))
+        log.info(
+            "audit: replaced %d rows of %d hours with %d rows", deleted, len(hour_set), len(rows)
+        )
 
     @staticmethod
     def _audit_arrow(
@@ -1157,9 +1172,7 @@ class DuckDBWarehouse(Warehouse):
                 raise ValueError(
                     f"audit row {index}: hour {row['hour']} is not among the hours being replaced"
                 )
-        schema = pa.schema(
-            [pa.field(c.name, _ARROW_TYPES[_duckdb_type(c)]) for c in spec.columns]
-        )
+        schema = pa.schema([pa.field(c.name, _ARROW_TYPES[_duckdb_type(c)]) for c in spec.columns])
         return pa.Table.from_pylist(
             [{c: row.get(c) for c in spec.column_names} for row in rows], schema=schema
         )

@@ -4,7 +4,8 @@ Types are BigQuery standard SQL type names; the DuckDB warehouse maps them
 (:data:`bq_platform.lib.warehouse.duckdb.DUCKDB_TYPES`). Schemas are explicit, never
 autodetected. A spec's :meth:`TableSpec.fingerprint` keys the "ensure table" cache, so a table's
 metadata is read or written once per process and schema, not once per partition (BigQuery
-allows about 5 metadata updates per 10 s per table: cloud.google.com/bigquery/quotas#standard_tables).
+allows about 5 metadata updates per 10 s per table:
+cloud.google.com/bigquery/quotas#standard_tables).
 """
 
 import dataclasses
@@ -73,7 +74,12 @@ class TableSpec:
 
 
 PAGEVIEW_COLUMNS: tuple[Column, ...] = (
-    Column("event_id", "STRING", "REQUIRED", "Stable ID: hash of the landed file checksum and line number."),
+    Column(
+        "event_id",
+        "STRING",
+        "REQUIRED",
+        "Stable ID: hash of the landed file checksum and line number.",
+    ),
     Column("event_ts", "TIMESTAMP", "REQUIRED", "Request time, UTC."),
     Column("event_date", "DATE", "REQUIRED", "UTC date of event_ts; the partition column."),
     Column("site", "STRING", "REQUIRED", "Publisher key, e.g. epa.gov."),
@@ -143,7 +149,7 @@ def stage_spec(kind: str, hour: dt.datetime) -> TableSpec:
         columns=PAGEVIEW_COLUMNS,
         expiration_days=STAGE_EXPIRATION_DAYS,
         labels={**_LABELS, "role": "stage"},
-        description=f"Stage table ({kind}) for UTC hour {hour:%Y-%m-%dT%H}; replaced on every load.",
+        description=f"Stage table ({kind}) of UTC hour {hour:%Y-%m-%dT%H}; replaced by each load.",
     )
 
 
