@@ -24,7 +24,7 @@ This is the body of the ``pageview_files`` asset. For a set of UTC hours it:
 Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
 
-Spark work: one read of the landed gzip (no shuffle of the lines), one persist, two small
+Spark work: one read of the landed gzip, one shuffle (line numbering), one persist, two small
 aggregations and three Parquet writes from the persisted rows.
 """
 
@@ -37,12 +37,12 @@ import io
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from bq_platform.lib import jobids, layout
@@ -66,19 +66,13 @@ DEADLETTER_COLUMNS: tuple[str, ...] = ("site", "data_key", "line_no", "reason", 
 #: Partition folder name of every Parquet output (``hour=YYYY-MM-DDTHH``).
 HOUR_FOLDER_COLUMN = "hour"
 GZIP_MAGIC = b"\x1f\x8b"
-#: Landed file names Spark can read without URI escaping (also what the lander writes).
+#: Allowed landed file names (what the lander writes; Hadoop paths break on ':' and the like).
 _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SITE_FOLDER = "site="
 _MAX_LISTED_PROBLEMS = 20
 _VERIFY_THREADS = 8
-_ROW_NUMBER_MASK = (1 << 33) - 1
-_PARTITIONS_PER_CORE = 4
-#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and one
-#: landed file per scan partition (any open cost above the split size does it; see _read_lines).
-_BUILD_SQL_CONF = {
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.sql.files.openCostInBytes": str(1 << 40),
-}
+#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them.
+_BUILD_SQL_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 _LANDING_HINT = (
     "re-land the file with `bq-platform land` (or have its producer deliver it again), "
     "then run these hours again"
@@ -132,7 +126,7 @@ def landed_deliveries(store: ObjectStore, site: str, hour: dt.datetime) -> list[
 
     Raises:
         LandingError: if a manifest is unreadable, names another site or hour, or points at a
-            data file outside its folder or with a name Spark cannot read unescaped.
+            data file outside its folder or not named ``[A-Za-z0-9._-]+.gz``.
     """
     prefix = layout.landing_hour_prefix(site, hour)
     deliveries: list[LandedDelivery] = []
@@ -265,42 +259,47 @@ def _read_lines(
 ) -> DataFrame:
     """All lines of ``files`` in one read, with their file's identity and 1-based line number.
 
-    Must run under :data:`_ONE_FILE_PER_SPLIT`. Each landed gzip file is then one scan
-    partition (gzip cannot be split, and an open cost above the split size stops Spark from
-    packing several small files into one partition), read in order, so the row counter in the
-    low 33 bits of ``monotonically_increasing_id()`` (documented: "the record number within
-    each partition in the lower 33 bits") is the line number minus one. No shuffle is needed;
-    :func:`build_hours` checks that every file's numbers run 1..n.
+    Lines are matched to their landed file by ``input_file_name()``, which is a URI
+    (``file:///...`` for local paths, ``gs://...`` on GCS), not the path we passed. The reader's
+    own list of those URIs (``DataFrame.inputFiles()``, no job) is mapped back to data keys here
+    by their last three segments (``site=<s>/hour=<h>/<name>``, URI-unescaped), so each line
+    only costs one hash-join lookup, on the driver-built broadcast table. A line that still
+    finds no file makes :func:`build_hours` raise.
 
-    ``input_file_name()`` is a URI (``file:///...`` for local paths, ``gs://...`` on GCS); its
-    last three segments (``site=<s>/hour=<h>/<name>``) identify the landed file in any store,
-    and need no unescaping because site names, hour labels and landed file names are checked
-    to be URI-safe. The many one-file partitions are then coalesced (no shuffle) into a few
-    per core, which keeps the persisted data in a handful of large blocks.
+    ``monotonically_increasing_id()`` is taken right at the scan, where a gzip file is one
+    split read in order, so it orders the lines of each file; ``row_number`` over it, by a
+    small integer file ID (one shuffle), gives the line numbers.
     """
-    paths = [store.uri(m.data_key) for m in files]
+    by_tail = {m.data_key.split("/", 2)[2]: (i, m) for i, m in enumerate(files)}
+    reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in files])
+    uris, ids = [], []
+    for uri in reader.inputFiles():
+        tail = "/".join(urllib.parse.unquote(uri).rstrip("/").split("/")[-3:])
+        if tail in by_tail:
+            uris.append(uri)
+            ids.append(by_tail[tail][0])
     mapping = spark.createDataFrame(  # from Arrow: a local relation, no Python worker
         pa.table(
             {
-                "_file": [m.data_key.split("/", 2)[2] for m in files],
-                "site": [m.site for m in files],
-                "hour_label": [layout.hour_label(m.hour) for m in files],
-                "data_key": [m.data_key for m in files],
-                "file_sha256": [m.sha256 for m in files],
+                "_uri": uris,
+                "_file_id": pa.array(ids, pa.int32()),
+                "site": [files[i].site for i in ids],
+                "hour_label": [layout.hour_label(files[i].hour) for i in ids],
+                "data_key": [files[i].data_key for i in ids],
+                "file_sha256": [files[i].sha256 for i in ids],
             }
         )
     )
-    scanned = spark.read.option("lineSep", "\n").text(paths).select(
-        F.substring_index(F.input_file_name(), "/", -3).alias("_file"),
-        (F.monotonically_increasing_id().bitwiseAND(F.lit(_ROW_NUMBER_MASK)) + 1).alias("line_no"),
+    scanned = reader.select(
+        F.input_file_name().alias("_uri"),
+        F.monotonically_increasing_id().alias("_mid"),
         F.col("value").alias("raw"),
     )
-    cores = spark.sparkContext.defaultParallelism
-    partitions = max(1, min(len(files), _PARTITIONS_PER_CORE * cores))
-    return (
-        scanned.join(F.broadcast(mapping), "_file", "left")
-        .select("site", "hour_label", "data_key", "file_sha256", "line_no", "raw")
-        .coalesce(partitions)
+    in_file_order = Window.partitionBy("_file_id").orderBy("_mid")
+    return scanned.join(F.broadcast(mapping), "_uri", "left").select(
+        "site", "hour_label", "data_key", "file_sha256",
+        F.row_number().over(in_file_order).cast("bigint").alias("line_no"),
+        "raw",
     )
 
 
@@ -329,7 +328,7 @@ def build_hours(
     *,
     attempt_id: str,
     visitor_key: str,
-    log: logging.Logger | Any | None = None,
+    log: logging.Logger | None = None,
 ) -> list[HourManifest]:
     """Build the pageview Parquet files and hour manifests of ``hours`` (see module docstring).
 
@@ -420,7 +419,7 @@ def _run_spark(
     prefixes: tuple[str, str, str],
     per_file: dict[str, dict[str, int]],
     visitors: dict[tuple[str, str], tuple[int, int]],
-    log: Any,
+    log: logging.Logger,
 ) -> None:
     """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
     full_prefix, sample_prefix, dead_prefix = prefixes

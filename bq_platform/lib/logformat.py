@@ -10,7 +10,7 @@ The Spark transform (:mod:`bq_platform.lib.transform`) and the lander
 :func:`parse_clf_timestamp`) must read a line the same way, so both use the patterns defined
 here: :data:`LINE_PATTERN` etc. are written in the regex dialect common to Python ``re`` (with
 ``re.ASCII | re.DOTALL``, ``fullmatch``) and Java ``java.util.regex`` (through
-:func:`java_regex`, which adds ``(?s)^ ... \\z``). :func:`parse_line` is the Python reference
+:func:`java_regex`, which adds ``(?s)^(?: ... )\\z``). :func:`parse_line` is the Python reference
 of the Spark parse; the tests check that both agree line by line on the bundled real logs.
 
 Rules (each one is what real logs need):
@@ -132,10 +132,11 @@ def java_regex(pattern: str) -> str:
 
     ``(?s)`` lets ``.`` match ``\\r`` and other line terminators inside a line (Java's ``.``
     excludes them by default, Python's only excludes ``\\n``), and ``\\z`` is the absolute end
-    (Java's ``$`` also matches before a final line terminator). The result matches exactly what
+    (Java's ``$`` also matches before a final line terminator); the group keeps a top-level
+    alternation (``a|b``) inside the anchors. The result matches exactly what
     ``re.fullmatch(pattern, text, re.ASCII | re.DOTALL)`` matches.
     """
-    return "(?s)^" + pattern + r"\z"
+    return "(?s)^(?:" + pattern + r")\z"
 
 
 def clean_line(line: str) -> str:

@@ -1,0 +1,438 @@
+"""The hourly build on real log lines landed in a local object store.
+
+A slice of the bundled logs (two hours of each site, plus odd lines, a duplicate delivery and
+an hour without data) is landed by a small helper that writes the gzip file and its
+LandedManifest at the layout's keys, then built once; the tests check the outputs against an
+independent Python computation of the same rules (logformat / pages / pseudonymize).
+"""
+
+import collections
+import dataclasses
+import datetime as dt
+import gzip
+import hashlib
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bq_platform.lib import jobids, layout
+from bq_platform.lib import logformat as lf
+from bq_platform.lib.build import (
+    DEADLETTER_COLUMNS,
+    LandingError,
+    build_hours,
+    pageview_arrow_schema,
+)
+from bq_platform.lib.manifest import HourManifest, LandedManifest
+from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.pages import is_page
+from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
+from bq_platform.lib.transform import TRANSFORM_VERSION
+
+# The slice has ~200 page visitors, so about one is sampled on average; this key's sample
+# holds 4 of them (the full-log test below checks the rate on all visitors).
+KEY = "build-test-key-5"
+NASA, EPA = "ksc.nasa.gov", "epa.gov"
+
+
+def utc(*args: int) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=dt.UTC)
+
+
+H_NASA_1, H_NASA_2, H_EMPTY = utc(1995, 8, 1, 4), utc(1995, 8, 1, 5), utc(1995, 8, 1, 6)
+H_EPA_1, H_EPA_2 = utc(1995, 8, 30, 3), utc(1995, 8, 30, 4)
+HOURS = [H_NASA_1, H_NASA_2, H_EMPTY, H_EPA_1, H_EPA_2]
+PER_HOUR = 700  # real lines per landed file (a slice keeps the test fast)
+
+ODD = [
+    b"",
+    b"garbage \xff\xfe",
+    b'h - - [01/Aug/1995:01:30:00 -0400] "GET /next-hour.html HTTP/1.0" 200 1',  # 05 UTC
+    b'h - - [01/Aug/1995:00:30:00 -0400] "GET / HTTP/1.0" 2000 1',
+    b'h - - [31/Jul/1995:24:30:00 -0400] "GET / HTTP/1.0" 200 1',
+    b'2001:db8::1 - - [01/Aug/1995:00:59:59 -0400] "GET /v6.html HTTP/1.0" 200 -\r',
+    b'h - - [01/Aug/1995:00:31:00 -0400] "GET /trunc',  # last line, no newline
+]
+
+
+def land(
+    store: LocalObjectStore,
+    site: str,
+    hour: dt.datetime,
+    lines: list[bytes],
+    *,
+    name: str | None = None,
+    final_newline: bool = True,
+    manifest_lines: int | None = None,
+) -> LandedManifest:
+    """Write a landed gzip file and (last) its manifest, as a producer would."""
+    body = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    data = gzip.compress(body, mtime=0)
+    sha = hashlib.sha256(data).hexdigest()
+    key = layout.landed_data_key(site, hour, sha)
+    if name is not None:
+        key = f"{layout.landing_hour_prefix(site, hour)}/{name}"
+    manifest = LandedManifest(
+        site=site, hour=hour, data_key=key,
+        lines=len(lines) if manifest_lines is None else manifest_lines,
+        bytes=len(data), sha256=sha, source="test",
+    )
+    store.write_bytes(key, data)
+    store.write_text(layout.landed_manifest_key(key), manifest.to_json())
+    return manifest
+
+
+def real_lines(access_logs: Path) -> dict[tuple[str, dt.datetime], list[bytes]]:
+    """The bundled logs' lines by (site, UTC hour), in file order."""
+    out: dict[tuple[str, dt.datetime], list[bytes]] = collections.defaultdict(list)
+    for site in (NASA, EPA):
+        (path,) = (access_logs / site).glob("*.log.gz")
+        for raw in gzip.decompress(path.read_bytes()).split(b"\n")[:-1]:
+            ts = lf.parse_clf_timestamp(raw.decode("utf-8", errors="replace"))
+            assert ts is not None
+            out[(site, ts.replace(minute=0, second=0))].append(raw)
+    return out
+
+
+def reference_counts(lines: list[bytes], hour: dt.datetime) -> collections.Counter:
+    """Category counts of one file's lines by the Python reference rules."""
+    counts: collections.Counter = collections.Counter()
+    for raw in lines:
+        parsed = lf.parse_line(raw.decode("utf-8", errors="replace"))
+        request = parsed.parsed_request
+        if parsed.reason is not None:
+            counts["rejected"] += 1
+        elif parsed.timestamp.replace(minute=0, second=0) != hour:
+            counts["out_of_window"] += 1
+        elif request and is_page(request.method, request.path, parsed.status):
+            counts["pageviews"] += 1
+            counts[("visitor", visitor_id(KEY, parsed.host))] += 1
+        else:
+            counts["non_page_hits"] += 1
+    return counts
+
+
+@dataclasses.dataclass
+class Built:
+    store: LocalObjectStore
+    manifests: dict[dt.datetime, HourManifest]
+    landed: dict[tuple[str, dt.datetime], list[bytes]]
+    duplicate: LandedManifest
+
+
+@pytest.fixture(scope="module")
+def built(spark, access_logs, tmp_path_factory) -> Built:
+    store = LocalObjectStore(tmp_path_factory.mktemp("lake"))
+    by_hour = real_lines(access_logs)
+    landed = {}
+    for site, hour in [(NASA, H_NASA_1), (NASA, H_NASA_2), (EPA, H_EPA_1), (EPA, H_EPA_2)]:
+        lines = by_hour[(site, hour)][:PER_HOUR]
+        if (site, hour) == (NASA, H_NASA_1):
+            lines = lines + ODD
+        landed[(site, hour)] = lines
+        land(store, site, hour, lines, final_newline=(site, hour) != (NASA, H_NASA_1))
+    # the same EPA delivery a second time, under another name (at-least-once delivery)
+    duplicate = land(store, EPA, H_EPA_2, landed[(EPA, H_EPA_2)], name="redelivery-1.log.gz")
+    manifests = build_hours(spark, store, HOURS, attempt_id="attempt-1", visitor_key=KEY)
+    return Built(store, {m.hour: m for m in manifests}, landed, duplicate)
+
+
+def read_parquet(store: LocalObjectStore, keys) -> pa.Table:
+    tables = [pq.read_table(store.uri(k)) for k in keys]
+    return pa.concat_tables(tables) if tables else pageview_arrow_schema().empty_table()
+
+
+def test_manifests_cover_every_hour_and_site(built) -> None:
+    assert sorted(built.manifests) == HOURS
+    for hour, manifest in built.manifests.items():
+        assert [c.site for c in manifest.counts] == [EPA, NASA]
+        assert all(c.hour == hour for c in manifest.counts)
+        stored = built.store.read_text(layout.hour_manifest_key(hour))
+        assert HourManifest.from_json(stored) == manifest
+
+
+def test_accounting_identity_and_counts_match_reference(built) -> None:
+    for hour, manifest in built.manifests.items():
+        for c in manifest.counts:
+            lines = built.landed.get((c.site, hour), [])
+            want = reference_counts(lines, hour)
+            dup = built.duplicate.lines if (c.site, hour) == (EPA, H_EPA_2) else 0
+            assert c.balanced, c
+            assert c.source_lines == len(lines) + dup
+            assert (c.pageviews, c.non_page_hits, c.rejected, c.out_of_window, c.duplicates) == (
+                want["pageviews"], want["non_page_hits"], want["rejected"],
+                want["out_of_window"], dup,
+            ), (c.site, hour)
+            assert c.lines_read == len(lines)
+            assert c.visitors == len([k for k in want if isinstance(k, tuple)])
+            assert c.files == (1 if lines else 0)
+        assert manifest.file_mismatches == ()
+    odd_hour = {c.site: c for c in built.manifests[H_NASA_1].counts}[NASA]
+    assert (odd_hour.rejected, odd_hour.out_of_window) == (5, 1)  # from ODD
+
+
+def test_parquet_rows_schema_and_layout(built) -> None:
+    prefix = layout.attempt_prefix("attempt-1")
+    for hour, manifest in built.manifests.items():
+        label = layout.hour_label(hour)
+        assert manifest.full_files and manifest.sample_files  # >= 1 file each, even if empty
+        for key in manifest.full_files:
+            assert key.startswith(f"{prefix}/full/hour={label}/") and key.endswith(".parquet")
+        for key in manifest.sample_files:
+            assert key.startswith(f"{prefix}/sample/hour={label}/")
+        for key in (*manifest.full_files, *manifest.sample_files):
+            schema = pq.read_schema(built.store.uri(key))
+            assert schema.equals(pageview_arrow_schema()), key
+        full = read_parquet(built.store, manifest.full_files)
+        sample = read_parquet(built.store, manifest.sample_files)
+        assert full.num_rows == manifest.rows == sum(c.pageviews for c in manifest.counts)
+        assert sample.num_rows == manifest.sample_rows
+        assert set(full.column("site").to_pylist()) <= {c.site for c in manifest.counts}
+        assert all(f"{ts:%Y-%m-%dT%H}" == label for ts in full.column("event_ts").to_pylist())
+        assert all(
+            d == ts.date()
+            for d, ts in zip(full.column("event_date").to_pylist(),
+                             full.column("event_ts").to_pylist(), strict=True)
+        )
+    spark_file = pq.ParquetFile(built.store.uri(built.manifests[H_NASA_1].full_files[0]))
+    event_ts = spark_file.schema.column(1)
+    assert (event_ts.name, event_ts.physical_type) == ("event_ts", "INT64")
+    assert str(event_ts.logical_type) == "Timestamp(isAdjustedToUTC=true, timeUnit=microseconds, " \
+        "is_from_converted_type=false, force_set_converted_type=false)"
+
+
+def test_pages_are_pseudonymized_and_sampled_by_visitor(built) -> None:
+    hosts = set()
+    for lines in built.landed.values():
+        for raw in lines:
+            parsed = lf.parse_line(raw.decode("utf-8", errors="replace"))
+            if parsed.host:
+                hosts.add(parsed.host)
+    all_full, all_sample = [], []
+    for manifest in built.manifests.values():
+        full = read_parquet(built.store, manifest.full_files).to_pylist()
+        sample = read_parquet(built.store, manifest.sample_files).to_pylist()
+        all_full += full
+        all_sample += sample
+        assert sorted(r["event_id"] for r in sample) == sorted(
+            r["event_id"] for r in full if in_sample(r["visitor_id"])
+        )
+        for c in manifest.counts:
+            ids = {r["visitor_id"] for r in full if r["site"] == c.site}
+            assert c.visitors == len(ids)
+            assert c.sample_visitors == len({v for v in ids if in_sample(v)})
+    known = {visitor_id(KEY, h) for h in hosts}
+    assert {r["visitor_id"] for r in all_full} <= known
+    for row in all_full:  # no client address anywhere in the stored rows
+        assert not set(map(str, row.values())) & hosts
+    assert len({r["event_id"] for r in all_full}) == len(all_full)
+    assert 0 < len(all_sample) < len(all_full) / 20  # 1 in 200 visitors, here a handful
+    assert SAMPLE_MODULUS == 200
+
+
+def test_dead_letters_keep_reason_and_raw_line(built) -> None:
+    manifest = built.manifests[H_NASA_1]
+    dead = read_parquet(built.store, manifest.deadletter_files)
+    assert dead.column_names == list(DEADLETTER_COLUMNS)
+    counts = {c.site: c for c in manifest.counts}[NASA]
+    assert dead.num_rows == counts.rejected + counts.out_of_window
+    lines = built.landed[(NASA, H_NASA_1)]
+    for row in dead.to_pylist():
+        assert row["site"] == NASA
+        raw = lines[row["line_no"] - 1].decode("utf-8", errors="replace")
+        assert row["raw"] == raw
+        assert row["reason"] in lf.REASONS
+        parsed = lf.parse_line(raw)
+        assert row["reason"] == (parsed.reason or lf.REASON_OUT_OF_WINDOW)
+    reasons = collections.Counter(dead.column("reason").to_pylist())
+    assert reasons == {
+        lf.REASON_EMPTY_LINE: 1, lf.REASON_MALFORMED: 2, lf.REASON_BAD_STATUS: 1,
+        lf.REASON_BAD_TIMESTAMP: 1, lf.REASON_OUT_OF_WINDOW: 1,
+    }
+    assert built.manifests[H_EMPTY].deadletter_files == ()
+
+
+def test_duplicate_delivery_counts_once(built) -> None:
+    counts = {c.site: c for c in built.manifests[H_EPA_2].counts}[EPA]
+    n = len(built.landed[(EPA, H_EPA_2)])
+    assert counts.duplicates == built.duplicate.lines == n
+    assert counts.source_lines == 2 * n
+    assert counts.lines_read == n and counts.files == 1
+    full = read_parquet(built.store, built.manifests[H_EPA_2].full_files)
+    assert full.num_rows == counts.pageviews
+    assert len(set(full.column("event_id").to_pylist())) == full.num_rows
+
+
+def test_empty_hour_has_zero_counts_and_one_empty_file(built) -> None:
+    manifest = built.manifests[H_EMPTY]
+    assert manifest.rows == manifest.sample_rows == 0
+    assert all(c.source_lines == c.accounted == 0 for c in manifest.counts)
+    assert len(manifest.full_files) == len(manifest.sample_files) == 1
+    assert read_parquet(built.store, manifest.full_files).num_rows == 0
+
+
+def test_rerun_with_new_attempt_is_identical(spark, built) -> None:
+    hours = [H_NASA_1, H_EPA_2]
+    again = {
+        m.hour: m
+        for m in build_hours(spark, built.store, hours, attempt_id="attempt-2", visitor_key=KEY)
+    }
+    for hour in hours:
+        first, second = built.manifests[hour], again[hour]
+        assert second.fingerprint == first.fingerprint
+        assert second.input_fingerprint == first.input_fingerprint
+        assert second.counts == first.counts
+        assert all("attempt=attempt-2/" in k for k in second.full_files)
+        ids_1 = sorted(read_parquet(built.store, first.full_files).column("event_id").to_pylist())
+        ids_2 = sorted(read_parquet(built.store, second.full_files).column("event_id").to_pylist())
+        assert ids_1 == ids_2 and ids_1
+        assert HourManifest.from_json(built.store.read_text(layout.hour_manifest_key(hour))) \
+            == second
+    # the fingerprint is the documented function of input, code version, key and sample rate
+    m = again[H_EPA_2]
+    assert m.fingerprint == jobids.hour_fingerprint(
+        m.input_fingerprint, TRANSFORM_VERSION, key_id(KEY), SAMPLE_MODULUS
+    )
+    assert m.input_fingerprint == jobids.input_fingerprint(
+        [(EPA, built.duplicate.sha256)]
+    )
+    # the first attempt's files are untouched (its manifest may still be in use by a loader)
+    assert all(built.store.exists(k) for k in built.manifests[H_NASA_1].full_files)
+
+
+def test_same_attempt_twice_replaces_its_files(spark, built) -> None:
+    first = build_hours(spark, built.store, [H_NASA_2], attempt_id="attempt-3", visitor_key=KEY)
+    second = build_hours(spark, built.store, [H_NASA_2], attempt_id="attempt-3", visitor_key=KEY)
+    prefix = layout.attempt_prefix("attempt-3")
+    on_disk = [k for k in built.store.list_keys(prefix) if k.endswith(".parquet")]
+    assert sorted(on_disk) == sorted((*second[0].full_files, *second[0].sample_files))
+    assert first[0].rows == second[0].rows
+
+
+def test_another_key_changes_fingerprint_and_visitors(spark, built) -> None:
+    (other,) = build_hours(spark, built.store, [H_EPA_1], attempt_id="k2", visitor_key="other")
+    first = built.manifests[H_EPA_1]
+    assert other.fingerprint != first.fingerprint
+    assert other.input_fingerprint == first.input_fingerprint
+    ids_1 = set(read_parquet(built.store, first.full_files).column("visitor_id").to_pylist())
+    ids_2 = set(read_parquet(built.store, other.full_files).column("visitor_id").to_pylist())
+    assert ids_1 and not ids_1 & ids_2
+
+
+def test_progress_is_logged(spark, built, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="bq_platform.lib.build")
+    build_hours(spark, built.store, [H_EMPTY], attempt_id="logged", visitor_key=KEY)
+    text = caplog.text
+    assert "1 hours" in text and "1995-08-01T06" in text and "done in" in text
+    assert KEY not in text
+
+
+# --- landing problems: these fail before Spark reads anything -------------------------------
+
+
+@pytest.fixture
+def small_store(tmp_path) -> LocalObjectStore:
+    store = LocalObjectStore(tmp_path / "lake")
+    land(store, NASA, H_NASA_1, [ODD[2], ODD[5]])
+    return store
+
+
+def _only_manifest(store: LocalObjectStore) -> LandedManifest:
+    (key,) = [k for k in store.list_keys(layout.LANDING_PREFIX) if k.endswith(".manifest.json")]
+    return LandedManifest.from_json(store.read_text(key))
+
+
+def _assert_nothing_built(store: LocalObjectStore) -> None:
+    assert store.list_keys(layout.STAGING_PREFIX) == []
+    assert store.list_keys(layout.DEADLETTER_PREFIX) == []
+
+
+def test_corrupt_landed_file_raises_naming_it(spark, small_store) -> None:
+    manifest = _only_manifest(small_store)
+    data = bytearray(small_store.read_bytes(manifest.data_key))
+    data[-5] ^= 0xFF  # same size, other content
+    small_store.write_bytes(manifest.data_key, bytes(data))
+    with pytest.raises(LandingError) as err:
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
+    message = str(err.value)
+    assert small_store.uri(manifest.data_key) in message
+    assert "SHA-256" in message and manifest.sha256 in message
+    assert "bq-platform land" in message
+    _assert_nothing_built(small_store)
+
+
+def test_missing_and_truncated_landed_files_raise(spark, small_store) -> None:
+    manifest = _only_manifest(small_store)
+    small_store.write_bytes(manifest.data_key, small_store.read_bytes(manifest.data_key)[:-3])
+    with pytest.raises(LandingError, match=rf"size is {manifest.bytes - 3} bytes"):
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
+    Path(small_store.uri(manifest.data_key)).unlink()
+    with pytest.raises(LandingError, match="missing") as err:
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
+    assert small_store.uri(manifest.data_key) in str(err.value)
+    _assert_nothing_built(small_store)
+
+
+def test_misplaced_or_unreadable_manifest_raises(spark, small_store) -> None:
+    manifest = _only_manifest(small_store)
+    wrong = dataclasses.replace(manifest, hour=H_NASA_2)
+    key = layout.landed_manifest_key(manifest.data_key)
+    small_store.write_text(key, wrong.to_json())
+    with pytest.raises(LandingError, match="1995-08-01T05") as err:
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
+    assert small_store.uri(key) in str(err.value)
+    small_store.write_text(key, "{not json")
+    with pytest.raises(LandingError, match="not valid JSON"):
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
+    _assert_nothing_built(small_store)
+
+
+def test_file_with_wrong_line_count_is_reported_not_raised(spark, tmp_path) -> None:
+    store = LocalObjectStore(tmp_path / "lake")
+    lines = [ODD[2], ODD[5], ODD[0]]
+    landed = land(store, NASA, H_NASA_1, lines, manifest_lines=5)
+    (manifest,) = build_hours(spark, store, [H_NASA_1], attempt_id="m", visitor_key=KEY)
+    assert manifest.file_mismatches == (
+        {"data_key": landed.data_key, "manifest_lines": 5, "lines_read": 3},
+    )
+    (counts,) = manifest.counts
+    assert (counts.source_lines, counts.lines_read, counts.accounted) == (5, 3, 3)
+    assert not counts.balanced
+
+
+def test_bad_arguments_are_refused(spark, small_store) -> None:
+    with pytest.raises(ValueError, match="timezone-aware UTC"):
+        build_hours(spark, small_store, [dt.datetime(1995, 8, 1, 4)], attempt_id="x",
+                    visitor_key=KEY)
+    with pytest.raises(ValueError, match="attempt id"):
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="a/b", visitor_key=KEY)
+    with pytest.raises(ValueError, match="key is empty"):
+        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key="")
+    assert build_hours(spark, small_store, [], attempt_id="x", visitor_key=KEY) == []
+    _assert_nothing_built(small_store)
+
+
+def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> None:
+    """All 81,744 real lines, landed by bq_platform.lib.landing, balance hour by hour."""
+    from bq_platform.lib.landing import land_files
+
+    store = LocalObjectStore(tmp_path / "lake")
+    landed = []
+    for site in (NASA, EPA):
+        landed += land_files(store, site, sorted((access_logs / site).glob("*.log.gz")))
+    hours = sorted({f.manifest.hour for f in landed})
+    manifests = build_hours(spark, store, hours, attempt_id="full", visitor_key=KEY)
+    counts = [c for m in manifests for c in m.counts]
+    assert all(c.balanced for c in counts)
+    assert sum(c.source_lines for c in counts) == 81_744
+    assert sum(c.rejected + c.out_of_window + c.duplicates for c in counts) == 0
+    for manifest in manifests:
+        assert read_parquet(store, manifest.full_files).num_rows == manifest.rows
+        assert read_parquet(store, manifest.sample_files).num_rows == manifest.sample_rows
+    assert len(manifests) == 40  # data/README.md: 25 EPA hours + 15 NASA hours
+    visitors = sum(c.visitors for c in counts)  # per site-hour, so a visitor counts per hour
+    sampled = sum(c.sample_visitors for c in counts)
+    assert 0.001 < sampled / visitors < 0.02, (sampled, visitors)  # 1 in 200 by design

@@ -1,0 +1,313 @@
+"""The Spark transform, checked line by line against the Python reference of each rule.
+
+The reference for a line is built from :func:`logformat.parse_line`, :func:`pages.is_page` and
+:func:`pseudonymize.visitor_id`; the Spark transform must give the same category, reason and
+columns for odd lines and for every one of the 81,744 real lines.
+"""
+
+import datetime as dt
+import gzip
+import hashlib
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from bq_platform.lib import logformat as lf
+from bq_platform.lib.pages import is_page
+from bq_platform.lib.pseudonymize import in_sample, visitor_id
+from bq_platform.lib.transform import (
+    CATEGORIES,
+    CATEGORY_NON_PAGE,
+    CATEGORY_OUT_OF_WINDOW,
+    CATEGORY_PAGE,
+    CATEGORY_REJECTED,
+    OUTPUT_COLUMNS,
+    PAGEVIEW_COLUMN_NAMES,
+    transform_lines,
+)
+
+KEY = "test-visitor-key"
+SHA = "ab" * 32
+SITE = "epa.gov"
+HOUR = "1995-08-30T14"  # 10:xx -0400
+
+COMPARED = (
+    "category", "reason", "event_id", "event_ts", "event_date", "visitor_id", "page_path",
+    "query_string", "http_method", "http_protocol", "status", "response_bytes", "referrer",
+    "user_agent", "in_sample", "raw",
+)
+
+
+def frame(
+    spark, lines: Sequence[bytes | str], hour_labels: Sequence[str] | str = HOUR
+) -> DataFrame:
+    """Transform input: raw lines as exact bytes (invalid UTF-8 included), line_no 1..n."""
+    raws = [x.encode("utf-8") if isinstance(x, str) else x for x in lines]
+    labels = [hour_labels] * len(raws) if isinstance(hour_labels, str) else list(hour_labels)
+    table = pa.table(
+        {
+            "site": [SITE] * len(raws),
+            "hour_label": labels,
+            "data_key": ["landing/x.log.gz"] * len(raws),
+            "file_sha256": [SHA] * len(raws),
+            "line_no": pa.array(range(1, len(raws) + 1), pa.int64()),
+            "raw_bytes": pa.array(raws, pa.binary()),
+        }
+    )
+    # binary -> string keeps the bytes as they are, like the text reader does
+    return spark.createDataFrame(table).withColumn("raw", F.col("raw_bytes").cast("string"))
+
+
+def reference(raw: bytes, hour_label: str, line_no: int, key: str = KEY) -> dict:
+    """What the transform must output for one line, from the Python reference rules."""
+    text = raw.decode("utf-8", errors="replace")
+    parsed = lf.parse_line(text)
+    request = parsed.parsed_request
+    row = {
+        "raw": text, "reason": parsed.reason, "event_id": None, "visitor_id": None,
+        "event_ts": None, "event_date": None, "in_sample": False,
+        "status": parsed.status, "response_bytes": parsed.response_bytes,
+        "referrer": parsed.referrer, "user_agent": parsed.user_agent,
+        "http_method": request.method if request else None,
+        "page_path": request.path if request else None,
+        "query_string": request.query if request else None,
+        "http_protocol": request.protocol if request else None,
+    }
+    ts = parsed.timestamp
+    if ts is not None:
+        row["event_ts"] = int(ts.timestamp())  # compared as Unix seconds (see run())
+        row["event_date"] = ts.date()
+    if parsed.reason is not None:
+        row["category"] = CATEGORY_REJECTED
+        return row
+    assert ts is not None
+    if f"{ts:%Y-%m-%dT%H}" != hour_label:
+        row["category"], row["reason"] = CATEGORY_OUT_OF_WINDOW, lf.REASON_OUT_OF_WINDOW
+    elif is_page(row["http_method"], row["page_path"], parsed.status):
+        row["category"] = CATEGORY_PAGE
+        row["visitor_id"] = visitor_id(key, parsed.host)
+        row["in_sample"] = in_sample(row["visitor_id"])
+        row["event_id"] = hashlib.sha256(f"{SHA}:{line_no}".encode()).hexdigest()
+    else:
+        row["category"] = CATEGORY_NON_PAGE
+    return row
+
+
+def run(spark, lines: Sequence[bytes | str], hour_labels: Sequence[str] | str = HOUR) -> list[dict]:
+    """Transform ``lines``; ``event_ts`` comes back as Unix seconds.
+
+    (PySpark turns a TIMESTAMP into a naive datetime in the *Python process's* local zone, and
+    cannot represent year 1 in zones west of UTC, so instants are compared as numbers.)
+    """
+    out = transform_lines(frame(spark, lines, hour_labels), visitor_key=KEY)
+    columns = [F.unix_seconds(c).alias(c) if c == "event_ts" else F.col(c) for c in COMPARED]
+    rows = out.select("line_no", *columns).collect()
+    return [r.asDict() for r in sorted(rows, key=lambda r: r["line_no"])]
+
+
+ODD_LINES: list[bytes] = [
+    # real lines (EPA, NASA)
+    b'141.243.1.172 - - [30/Aug/1995:10:53:25 -0400] "GET /Software.html HTTP/1.0" 200 1497',
+    b'in24.inetnebr.com - - [30/Aug/1995:10:00:01 -0400] "GET /shuttle/missions/sts-68/news/'
+    b'sts-68-mcc-05.txt" 200 1839',
+    b'ad12-049.compuserve.com - - [30/Aug/1995:10:27:00 -0400] "GET /docs/lead/support_docs/'
+    b'mets\x7f.save.html HTTP/1.0" 200 56',
+    b'uplherc.upl.com - - [30/Aug/1995:10:00:08 -0400] "GET /images/ksclogo-medium.gif" 304 0',
+    b'wpbfl2-45.gate.net - - [30/Aug/1995:10:54:37 -0400] "GET /Access/ HTTP/1.0" 302 -',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "POST /cgi-bin/waisgate HTTP/1.0" 200 -',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "HEAD /index.html HTTP/1.0" 200 0',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /missing.html HTTP/1.0" 404 -',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /cgi-bin/broken HTTP/1.0" 500 0',
+    # URLs with spaces, quotes, queries, CR
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /my docs/a file.html HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /my docs/a file.html" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /say "hi" there.html?q="x" HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /x" 200 3" 404 7',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /a.html? HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /crlf.html HTTP/1.0" 200 5\r',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /a\rb.html HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /nul\x00.html HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /soh\x01.html HTTP/1.0" 200 5',
+    # Combined Log Format, IPv6
+    b'2001:db8::7 - alice [30/Aug/1995:07:55:36 -0700] "GET /start.html?x=1 HTTP/1.1" 200 2326'
+    b' "http://www.example.com/a b.html" "Mozilla/4.08 [en] (Win98; I ;Nav) \\"q\\" "odd" ua"',
+    b'::1 - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.1" 304 - "-" "-"',
+    b'::1 - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.1" 200 5 "" ""',
+    # requests that are not METHOD target: non-page hits
+    b'h - - [30/Aug/1995:10:00:00 -0400] "-" 408 -',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "" 400 0',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "\x16\x03\x01" 400 0',
+    # non-UTF-8
+    b'caf\xe9 - - [30/Aug/1995:10:00:00 -0400] "GET /\xff\xfe.html HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /\xe2\x82.html HTTP/1.0" 200 5',
+    # rejected
+    b"",
+    b"   \t",
+    b"\r",
+    b"garbage",
+    b"\xff\xfe\xfd",
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /trunc',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.0" 200 5 "http://r" "Moz',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.0" 2000 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.0" - 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.0" 200 5k',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET / HTTP/1.0" 200 99999999999999999999',
+    b'h - - [30/Aug/1995 10:00:00 -0400] "GET / HTTP/1.0" 200 5',
+    b'h - - [31/Sep/1995:10:00:00 -0400] "GET / HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 +1900] "GET / HTTP/1.0" 200 5',
+    b'h - - [01/Jan/0001:00:30:00 +0100] "GET / HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:00:00 -0400] "GET /a\nb HTTP/1.0" 200 5',
+    # out of the partition's hour (14 UTC)
+    b'h - - [30/Aug/1995:09:59:59 -0400] "GET / HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:11:00:00 -0400] "GET / HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:14:30:00 +0000] "GET /pic.gif HTTP/1.0" 200 5',
+    b'h - - [30/Aug/1995:10:30:00 +0000] "GET / HTTP/1.0" 200 5',
+]
+
+
+@pytest.fixture(scope="module")
+def odd_rows(spark) -> list[dict]:
+    return run(spark, ODD_LINES)
+
+
+@pytest.mark.parametrize("index", range(len(ODD_LINES)), ids=lambda i: f"line{i + 1}")
+def test_odd_line_matches_reference(odd_rows, index: int) -> None:
+    got = dict(odd_rows[index])
+    assert got.pop("line_no") == index + 1
+    assert got == reference(ODD_LINES[index], HOUR, index + 1), ODD_LINES[index]
+
+
+def test_odd_lines_cover_every_category_and_reason(odd_rows) -> None:
+    assert {r["category"] for r in odd_rows} == set(CATEGORIES)
+    assert {r["reason"] for r in odd_rows} - {None} == set(lf.REASONS)
+
+
+def test_expected_classes_of_some_odd_lines(odd_rows) -> None:
+    """Spot checks that do not go through the reference (guards against a shared bug)."""
+    by_line = {r["line_no"]: r for r in odd_rows}
+    epa_ctrl = by_line[3]
+    assert epa_ctrl["category"] == CATEGORY_PAGE
+    assert epa_ctrl["page_path"] == "/docs/lead/support_docs/mets\x7f.save.html"
+    nasa = by_line[2]
+    assert (nasa["category"], nasa["http_protocol"]) == (CATEGORY_PAGE, None)
+    assert by_line[4]["category"] == CATEGORY_NON_PAGE  # a 304 gif is a hit, not a page
+    assert by_line[5]["response_bytes"] is None
+    combined = by_line[19]
+    assert combined["referrer"] == "http://www.example.com/a b.html"
+    assert combined["user_agent"] == 'Mozilla/4.08 [en] (Win98; I ;Nav) \\"q\\" "odd" ua'
+    assert combined["event_ts"] == dt.datetime(1995, 8, 30, 14, 55, 36, tzinfo=dt.UTC).timestamp()
+    assert by_line[22]["category"] == CATEGORY_NON_PAGE  # request "-"
+    assert by_line[25]["raw"].startswith("caf\ufffd ")  # invalid UTF-8 replaced
+    assert by_line[27]["reason"] == lf.REASON_EMPTY_LINE
+    assert by_line[32]["reason"] == lf.REASON_MALFORMED  # truncated last line
+
+
+def test_timestamps_agree_with_python_parser(spark) -> None:
+    texts = [
+        "30/Aug/1995:15:27:00 -0400", "30/aug/1995:15:27:00 -0400", "30/AUG/1995:15:27:00 +0000",
+        "29/Feb/1996:12:00:00 +0000", "29/Feb/1995:12:00:00 +0000", "31/Apr/1995:00:00:00 +0000",
+        "30/Aug/1995:24:00:00 +0000", "30/Aug/1995:23:60:00 +0000", "30/Aug/1995:23:59:60 +0000",
+        "30/Aug/1995:15:27:00 +1800", "30/Aug/1995:15:27:00 -1800", "30/Aug/1995:15:27:00 +1801",
+        "30/Aug/1995:15:27:00 +1759", "30/Aug/1995:15:27:00 -0060", "30/Aug/1995:15:27:00 +0030",
+        "30/Sept/1995:15:27:00 -0400", "3/Aug/1995:15:27:00 -0400", "30/Aug/95:15:27:00 -0400",
+        "30/Aug/1995:15:27:00", "30/Aug/1995:15:27:00 Z", "30/Aug/1995:15:27:00 +04:00",
+        " 30/Aug/1995:15:27:00 -0400", "30/Aug/1995:15:27:00 -0400 ", "30/Aug/0000:00:00:00 +0000",
+        "01/Jan/0001:00:00:00 +0000", "01/Jan/0001:00:30:00 +0100", "31/Dec/9999:23:59:59 +0000",
+        "31/Dec/9999:23:30:00 -0100", "01/Jan/1970:00:00:00 +0000", "31/Dec/1969:23:59:59 +0000",
+    ]
+    lines = [f'h - - [{t}] "GET / HTTP/1.0" 200 1' for t in texts]
+    rows = run(spark, lines)
+    for text, row in zip(texts, rows, strict=True):
+        want = lf.parse_timestamp_field(text)
+        got = row["event_ts"]
+        assert (got, row["reason"] == lf.REASON_BAD_TIMESTAMP) == (
+            None if want is None else int(want.timestamp()), want is None
+        ), text
+
+
+def test_result_does_not_depend_on_the_session_time_zone(spark) -> None:
+    lines = [ODD_LINES[0], ODD_LINES[18], ODD_LINES[-1], ODD_LINES[-3]]
+    expected = run(spark, lines)
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Pacific/Kiritimati")  # UTC+14
+    try:
+        out = transform_lines(frame(spark, lines), visitor_key=KEY)
+        # compare instants, not their rendering in the session zone
+        got = out.select(
+            "line_no", "category", "reason", "event_date",
+            F.unix_seconds("event_ts").alias("secs"),
+        ).collect()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    got_rows = sorted(got, key=lambda r: r["line_no"])
+    for want, row in zip(expected, got_rows, strict=True):
+        assert (row["category"], row["reason"], row["event_date"]) == (
+            want["category"], want["reason"], want["event_date"]
+        )
+        assert row["secs"] == want["event_ts"]
+
+
+def test_schema_and_one_row_per_line(spark) -> None:
+    inputs = frame(spark, ODD_LINES * 3)
+    out = transform_lines(inputs, visitor_key=KEY)
+    assert tuple(out.columns) == OUTPUT_COLUMNS
+    types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+    assert {c: types[c] for c in PAGEVIEW_COLUMN_NAMES} == {
+        "event_id": "string", "event_ts": "timestamp", "event_date": "date", "site": "string",
+        "visitor_id": "string", "page_path": "string", "query_string": "string",
+        "http_method": "string", "http_protocol": "string", "status": "bigint",
+        "response_bytes": "bigint", "referrer": "string", "user_agent": "string",
+    }
+    line_nos = [r["line_no"] for r in out.select("line_no").collect()]
+    assert sorted(line_nos) == list(range(1, 3 * len(ODD_LINES) + 1))
+
+
+def test_event_id_is_stable_and_names_file_and_line(spark) -> None:
+    page = ODD_LINES[0]
+    first = run(spark, [page, page])
+    again = run(spark, [page, page])
+    assert [r["event_id"] for r in first] == [r["event_id"] for r in again]
+    assert first[1]["event_id"] == hashlib.sha256(f"{SHA}:2".encode()).hexdigest()
+    assert first[0]["event_id"] != first[1]["event_id"]
+    assert first[0]["visitor_id"] == first[1]["visitor_id"]
+
+
+def test_missing_input_column_is_refused(spark) -> None:
+    with pytest.raises(ValueError, match="file_sha256"):
+        transform_lines(frame(spark, ODD_LINES[:1]).drop("file_sha256"), visitor_key=KEY)
+
+
+def test_every_real_line_matches_reference(spark, access_logs) -> None:
+    """All 81,744 bundled lines: same category, reason and columns as the Python reference.
+
+    Each line's partition hour is its own UTC hour, except every 97th line, which is given the
+    next hour so that out-of-window lines are exercised on real data too.
+    """
+    raws: list[bytes] = []
+    for path in sorted(access_logs.glob("*/*.log.gz")):
+        raws += gzip.decompress(path.read_bytes()).split(b"\n")[:-1]
+    labels = []
+    for i, raw in enumerate(raws):
+        ts = lf.parse_clf_timestamp(raw.decode("utf-8", errors="replace"))
+        assert ts is not None
+        if i % 97 == 0:
+            ts += dt.timedelta(hours=1)
+        labels.append(f"{ts:%Y-%m-%dT%H}")
+    rows = run(spark, raws, labels)
+    assert len(rows) == len(raws) == 81_744
+    mismatches = []
+    counts = dict.fromkeys(CATEGORIES, 0)
+    for i, (raw, row) in enumerate(zip(raws, rows, strict=True)):
+        got = dict(row)
+        assert got.pop("line_no") == i + 1
+        counts[got["category"]] += 1
+        want = reference(raw, labels[i], i + 1)
+        if got != want:
+            mismatches.append((raw, got, want))
+    assert mismatches[:3] == []
+    assert counts[CATEGORY_OUT_OF_WINDOW] == len(range(0, len(raws), 97))
+    assert counts[CATEGORY_REJECTED] == 0
+    assert counts[CATEGORY_PAGE] > 25_000 and counts[CATEGORY_NON_PAGE] > 45_000
