@@ -47,6 +47,7 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib import jobids, layout
 from bq_platform.lib.accounting import SiteHourCounts
+from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest, ManifestError
 from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
@@ -77,13 +78,6 @@ _LANDING_HINT = (
     "re-land the file with `bq-platform land` (or have its producer deliver it again), "
     "then run these hours again"
 )
-
-
-class LandingError(ValueError):
-    """A landed file or manifest is missing, corrupt or disagrees with the other.
-
-    The message names every object URI concerned, what disagreed, and what to do.
-    """
 
 
 @dataclasses.dataclass(frozen=True)

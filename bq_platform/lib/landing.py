@@ -34,7 +34,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 class LandingError(ValueError):
-    """An input cannot be landed; the message names the file and what to do."""
+    """Input cannot be landed, or a landed file or manifest is missing, corrupt or disagrees
+    with the other (raised by the build too). The message names every file or object URI
+    concerned, what disagreed, and what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
