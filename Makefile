@@ -31,8 +31,8 @@ test: install
 	$(BIN)/pytest -q
 
 lint: install
-	$(BIN)/ruff check bq_platform bq_platform_tests
-	$(BIN)/ruff format --check bq_platform bq_platform_tests
+	$(BIN)/ruff check bq_platform bq_platform_tests scripts
+	$(BIN)/ruff format --check bq_platform bq_platform_tests scripts
 
 ## dev: the Dagster UI on http://127.0.0.1:3000 with the runs of `make run`
 dev: install

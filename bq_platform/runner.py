@@ -13,10 +13,12 @@ from typing import Any
 
 import dagster as dg
 
+from bq_platform.lib.accounting import row_balanced
 from bq_platform.lib.hours import day_hours, hour_partition_key
 from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.planning import plan_day
+from bq_platform.lib.reporting import COUNT_FIELDS
 from bq_platform.lib.warehouse.base import Warehouse
 
 HOURLY_JOB = "pageviews_hourly_job"
@@ -176,27 +178,8 @@ class PipelineRunner:
             for row in rows:
                 by_site.setdefault(row["site"], []).append(row)
             for site, site_rows in sorted(by_site.items()):
-                s = {
-                    k: sum(r[k] for r in site_rows)
-                    for k in (
-                        "source_lines",
-                        "pageviews",
-                        "non_page_hits",
-                        "rejected",
-                        "duplicates",
-                        "out_of_window",
-                        "sample_rows",
-                    )
-                }
-                ok = sum(
-                    r["source_lines"]
-                    == r["pageviews"]
-                    + r["non_page_hits"]
-                    + r["rejected"]
-                    + r["duplicates"]
-                    + r["out_of_window"]
-                    for r in site_rows
-                )
+                s = {k: sum(r[k] for r in site_rows) for k in COUNT_FIELDS}
+                ok = sum(row_balanced(r) for r in site_rows)
                 self.echo(
                     f"{day!s:<10} {site:<16} {s['source_lines']:>8} {s['pageviews']:>8} "
                     f"{s['non_page_hits']:>8} {s['rejected']:>8} {s['duplicates']:>6} "

@@ -75,7 +75,10 @@ def main() -> None:
         for day in index.days():
             t0 = time.monotonic()
             manifests = build_hours(
-                spark, store, day_hours(day), attempt_id=f"bench-{day:%Y%m%d}",
+                spark,
+                store,
+                day_hours(day),
+                attempt_id=f"bench-{day:%Y%m%d}",
                 visitor_key="benchmark-key",
             )
             per_day.append(
@@ -102,7 +105,7 @@ def main() -> None:
             "lines_per_second": round(lines / build_s),
             "per_day": per_day,
             "jvm_peak_rss_mib": peak_rss_mib(jvm_pid) if jvm_pid else None,
-            "reference": "DESIGN.md: 2.04 M CLF lines, one regex + Parquet, PySpark local[2]: 12.6 s",
+            "reference": "DESIGN.md: 2.04 M lines, one regex + Parquet, PySpark local[2]: 12.6 s",
         }
         spark.stop()
     print(json.dumps(result, indent=2))

@@ -44,13 +44,7 @@ class SiteHourCounts:
     @property
     def accounted(self) -> int:
         """Lines explained by a category: the right-hand side of the identity."""
-        return (
-            self.pageviews
-            + self.non_page_hits
-            + self.rejected
-            + self.duplicates
-            + self.out_of_window
-        )
+        return sum(getattr(self, field) for field in CATEGORY_FIELDS)
 
     @property
     def balanced(self) -> bool:
@@ -117,6 +111,21 @@ def audit_records(
             }
         )
     return rows
+
+
+CATEGORY_FIELDS: tuple[str, ...] = (
+    "pageviews",
+    "non_page_hits",
+    "rejected",
+    "duplicates",
+    "out_of_window",
+)
+"""The right-hand side of the identity: every line falls in exactly one of these."""
+
+
+def row_balanced(row: Mapping[str, Any]) -> bool:
+    """The identity for a ``pageviews_audit`` row (or any mapping with the count fields)."""
+    return row["source_lines"] == sum(row[field] for field in CATEGORY_FIELDS)
 
 
 def unbalanced(counts: Iterable[SiteHourCounts]) -> list[SiteHourCounts]:

@@ -106,7 +106,7 @@ def list_sites(store: ObjectStore) -> list[str]:
     for folder in store.list_folders(layout.LANDING_PREFIX):
         if not folder.startswith(_SITE_FOLDER):
             continue
-        name = folder[len(_SITE_FOLDER):]
+        name = folder[len(_SITE_FOLDER) :]
         try:
             sites.append(layout.validate_site(name))
         except ValueError as exc:
@@ -291,7 +291,10 @@ def _read_lines(
     )
     in_file_order = Window.partitionBy("_file_id").orderBy("_mid")
     return scanned.join(F.broadcast(mapping), "_uri", "left").select(
-        "site", "hour_label", "data_key", "file_sha256",
+        "site",
+        "hour_label",
+        "data_key",
+        "file_sha256",
         F.row_number().over(in_file_order).cast("bigint").alias("line_no"),
         "raw",
     )
@@ -304,7 +307,10 @@ def _slim(classified: DataFrame) -> DataFrame:
     dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
     keep = {"site", "event_id"}
     return classified.select(
-        "hour_label", "data_key", "line_no", "category",
+        "hour_label",
+        "data_key",
+        "line_no",
+        "category",
         *[
             F.col(c) if c in keep else F.when(page, F.col(c)).alias(c)
             for c in PAGEVIEW_COLUMN_NAMES
@@ -368,8 +374,14 @@ def build_hours(
     log.info(
         "build %s: %d hours (%s .. %s), %d sites, %d landed files (%d duplicate deliveries, "
         "%d bytes) verified in %.1f s",
-        attempt_id, len(hour_list), labels[hour_list[0]], labels[hour_list[-1]], len(sites),
-        len(every), len(every) - len(kept), sum(d.manifest.bytes for d in every),
+        attempt_id,
+        len(hour_list),
+        labels[hour_list[0]],
+        labels[hour_list[-1]],
+        len(sites),
+        len(every),
+        len(every) - len(kept),
+        sum(d.manifest.bytes for d in every),
         time.monotonic() - started,
     )
 
@@ -381,12 +393,25 @@ def build_hours(
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
     if kept:
         _run_spark(
-            spark, store, kept, visitor_key, (full_prefix, sample_prefix, dead_prefix),
-            per_file, visitors, log,
+            spark,
+            store,
+            kept,
+            visitor_key,
+            (full_prefix, sample_prefix, dead_prefix),
+            per_file,
+            visitors,
+            log,
         )
 
     manifests = _hour_manifests(
-        store, hour_list, sites, deliveries, per_file, visitors, attempt_id, key_ident,
+        store,
+        hour_list,
+        sites,
+        deliveries,
+        per_file,
+        visitors,
+        attempt_id,
+        key_ident,
         (full_prefix, sample_prefix, dead_prefix),
     )
     for manifest in manifests:  # last: a manifest names only complete files
@@ -395,10 +420,16 @@ def build_hours(
         log.info(
             "hour %s: %d pageviews, %d sample rows, %d non-page, %d rejected, %d duplicates, "
             "%d out of window, %d files%s",
-            labels[manifest.hour], manifest.rows, manifest.sample_rows, totals["non_page_hits"],
-            totals["rejected"], totals["duplicates"], totals["out_of_window"],
+            labels[manifest.hour],
+            manifest.rows,
+            manifest.sample_rows,
+            totals["non_page_hits"],
+            totals["rejected"],
+            totals["duplicates"],
+            totals["out_of_window"],
             len(manifest.full_files),
-            f", {len(manifest.file_mismatches)} FILE MISMATCHES" if manifest.file_mismatches
+            f", {len(manifest.file_mismatches)} FILE MISMATCHES"
+            if manifest.file_mismatches
             else "",
         )
     log.info("build %s done in %.1f s", attempt_id, time.monotonic() - started)
@@ -423,20 +454,31 @@ def _run_spark(
         rows = _slim(transform_lines(lines, visitor_key=visitor_key)).persist()
         try:
             category = F.col("category")
-            file_counts = rows.groupBy("data_key").agg(
-                F.count(F.lit(1)).alias("lines_read"),
-                F.min("line_no").alias("first_line"),
-                F.max("line_no").alias("last_line"),
-                *[
-                    F.count_if(category == c).alias(c)
-                    for c in (CATEGORY_PAGE, CATEGORY_NON_PAGE, CATEGORY_REJECTED,
-                              CATEGORY_OUT_OF_WINDOW)
-                ],
-                F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias("sample_rows"),
-            ).collect()
+            file_counts = (
+                rows.groupBy("data_key")
+                .agg(
+                    F.count(F.lit(1)).alias("lines_read"),
+                    F.min("line_no").alias("first_line"),
+                    F.max("line_no").alias("last_line"),
+                    *[
+                        F.count_if(category == c).alias(c)
+                        for c in (
+                            CATEGORY_PAGE,
+                            CATEGORY_NON_PAGE,
+                            CATEGORY_REJECTED,
+                            CATEGORY_OUT_OF_WINDOW,
+                        )
+                    ],
+                    F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias(
+                        "sample_rows"
+                    ),
+                )
+                .collect()
+            )
             unmatched = [r for r in file_counts if r["data_key"] is None]
             bad_numbers = [
-                r["data_key"] for r in file_counts
+                r["data_key"]
+                for r in file_counts
                 if r["data_key"] is not None
                 and (r["first_line"] != 1 or r["last_line"] != r["lines_read"])
             ]
@@ -451,16 +493,25 @@ def _run_spark(
                 data_key = values.pop("data_key")
                 per_file[data_key] = {k: int(v) for k, v in values.items()}
             pages = rows.where(category == CATEGORY_PAGE)
-            for r in pages.groupBy("site", "hour_label").agg(
-                F.count_distinct("visitor_id").alias("visitors"),
-                F.count_distinct(F.when(F.col("in_sample"), F.col("visitor_id"))).alias("sampled"),
-            ).collect():
+            for r in (
+                pages.groupBy("site", "hour_label")
+                .agg(
+                    F.count_distinct("visitor_id").alias("visitors"),
+                    F.count_distinct(F.when(F.col("in_sample"), F.col("visitor_id"))).alias(
+                        "sampled"
+                    ),
+                )
+                .collect()
+            ):
                 visitors[(r["site"], r["hour_label"])] = (int(r["visitors"]), int(r["sampled"]))
             n_lines = sum(v["lines_read"] for v in per_file.values())
             n_pages = sum(v[CATEGORY_PAGE] for v in per_file.values())
             log.info(
                 "read and classified %d lines of %d files in %.1f s: %d pageviews",
-                n_lines, len(kept), time.monotonic() - t0, n_pages,
+                n_lines,
+                len(kept),
+                time.monotonic() - t0,
+                n_pages,
             )
 
             t1 = time.monotonic()
@@ -510,8 +561,11 @@ def _hour_manifests(
                 read = per_file.get(d.manifest.data_key, {}).get("lines_read", 0)
                 if not d.duplicate and read != d.manifest.lines:
                     mismatches.append(
-                        {"data_key": d.manifest.data_key, "manifest_lines": d.manifest.lines,
-                         "lines_read": read}
+                        {
+                            "data_key": d.manifest.data_key,
+                            "manifest_lines": d.manifest.lines,
+                            "lines_read": read,
+                        }
                     )
             n_visitors, n_sampled = visitors.get((site, label), (0, 0))
             counts.append(

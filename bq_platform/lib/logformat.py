@@ -83,9 +83,7 @@ REASONS: dict[str, str] = {
 
 #: A CLF or Combined line. Groups: 1 host, 2 ident, 3 authuser, 4 timestamp text, 5 request,
 #: 6 status, 7 bytes, 8 referrer, 9 user agent (8 and 9 unmatched for Common lines).
-LINE_PATTERN = (
-    r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*)" (\d{3}) (\d+|-)(?: "(.*?)" "(.*)")?'
-)
+LINE_PATTERN = r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*)" (\d{3}) (\d+|-)(?: "(.*?)" "(.*)")?'
 #: The CLF shape with any status and bytes tokens, request matched lazily: only used to tell
 #: ``bad_status``/``bad_bytes`` from ``malformed`` for lines :data:`LINE_PATTERN` rejects.
 LOOSE_LINE_PATTERN = r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*?)" (\S+) (\S+)(?: "(.*?)" "(.*)")?'
@@ -168,7 +166,12 @@ def parse_timestamp_field(text: str) -> dt.datetime | None:
     offset = dt.timedelta(minutes=offset_minutes if sign == "+" else -offset_minutes)
     try:
         local = dt.datetime(
-            int(year), month, int(day), int(hour), int(minute), int(second),
+            int(year),
+            month,
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
             tzinfo=dt.timezone(offset),
         )
         return local.astimezone(dt.UTC)

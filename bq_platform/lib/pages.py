@@ -33,7 +33,18 @@ PAGE_METHODS: frozenset[str] = frozenset({"GET"})
 PAGE_STATUSES: frozenset[int] = frozenset({200, 304})
 #: AWStats' default NotPageList, in its order.
 NOT_PAGE_EXTENSIONS: tuple[str, ...] = (
-    "css", "js", "class", "gif", "jpg", "jpeg", "png", "bmp", "ico", "rss", "xml", "swf",
+    "css",
+    "js",
+    "class",
+    "gif",
+    "jpg",
+    "jpeg",
+    "png",
+    "bmp",
+    "ico",
+    "rss",
+    "xml",
+    "swf",
 )
 #: The extension rule of awstats.pl (``$regext``), without the end anchor.
 EXTENSION_PATTERN = r"\.(\w{1,6})"
@@ -62,9 +73,7 @@ def is_page(method: str | None, path: str | None, status: int | None) -> bool:
     if method is None or path is None or status is None:
         return False
     return (
-        method in PAGE_METHODS
-        and status in PAGE_STATUSES
-        and path_extension(path) not in _NOT_PAGE
+        method in PAGE_METHODS and status in PAGE_STATUSES and path_extension(path) not in _NOT_PAGE
     )
 
 

@@ -55,7 +55,10 @@ CATEGORY_NON_PAGE = "non_page"
 CATEGORY_REJECTED = "rejected"
 CATEGORY_OUT_OF_WINDOW = "out_of_window"
 CATEGORIES: tuple[str, ...] = (
-    CATEGORY_PAGE, CATEGORY_NON_PAGE, CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW,
+    CATEGORY_PAGE,
+    CATEGORY_NON_PAGE,
+    CATEGORY_REJECTED,
+    CATEGORY_OUT_OF_WINDOW,
 )
 
 INPUT_COLUMNS: tuple[str, ...] = ("site", "hour_label", "data_key", "file_sha256", "line_no", "raw")
@@ -145,7 +148,8 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
     field = [F.when(matched, F.get(f, i)) for i in range(9)]
     bytes_value = F.when(field[6] != "-", field[6].try_cast("bigint"))
     fields = split.select(
-        *meta, "raw",
+        *meta,
+        "raw",
         matched.alias("matched"),
         F.when(~matched, _diagnose(F.col("line"), F.col("one_line"))).alias("parse_reason"),
         field[0].alias("host"),
@@ -166,8 +170,17 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
     secs = F.unix_seconds(F.col("event_ts"))
     epoch_day = F.floor(secs / _SECONDS_PER_DAY).cast("int")
     parsed = with_ts.select(
-        *meta, "raw", "matched", "parse_reason", "host", "event_ts", "status", "response_bytes",
-        "bad_bytes", "referrer", "user_agent",
+        *meta,
+        "raw",
+        "matched",
+        "parse_reason",
+        "host",
+        "event_ts",
+        "status",
+        "response_bytes",
+        "bad_bytes",
+        "referrer",
+        "user_agent",
         r.alias("r"),
         F.date_from_unix_date(epoch_day).alias("event_date"),
         F.floor(secs / _SECONDS_PER_HOUR).alias("epoch_hour"),
@@ -182,12 +195,23 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
         F.lpad(F.pmod(F.col("epoch_hour"), F.lit(24)).cast("string"), 2, "0"),
     )
     requests = parsed.select(
-        *meta, "raw", "matched", "parse_reason", "host", "event_ts", "event_date", "status",
-        "response_bytes", "bad_bytes", "referrer", "user_agent",
+        *meta,
+        "raw",
+        "matched",
+        "parse_reason",
+        "host",
+        "event_ts",
+        "event_date",
+        "status",
+        "response_bytes",
+        "bad_bytes",
+        "referrer",
+        "user_agent",
         F.when(is_request, F.get(r, 0)).alias("http_method"),
         F.substring_index(target, "?", 1).alias("page_path"),
-        F.when(has_query, target.substr(F.instr(target, "?") + 1, F.length(target)))
-        .alias("query_string"),
+        F.when(has_query, target.substr(F.instr(target, "?") + 1, F.length(target))).alias(
+            "query_string"
+        ),
         F.when(is_request & (F.get(r, 2) != ""), F.get(r, 2)).alias("http_protocol"),
         F.coalesce(event_hour_label == F.col("hour_label"), F.lit(False)).alias("in_window"),
     )
@@ -212,15 +236,21 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
     event_key = F.concat(F.col("file_sha256"), F.lit(":"), F.col("line_no").cast("string"))
     hashed = classified.select(
         "*",
-        F.when(is_page_row, visitor_id_column(F.col("host"), visitor_key, spark))
-        .alias("visitor_id"),
+        F.when(is_page_row, visitor_id_column(F.col("host"), visitor_key, spark)).alias(
+            "visitor_id"
+        ),
         F.when(is_page_row, F.sha2(event_key, 256)).alias("event_id"),
         F.when(F.col("category") == CATEGORY_OUT_OF_WINDOW, F.lit(lf.REASON_OUT_OF_WINDOW))
         .otherwise(F.col("reject_reason"))
         .alias("reason"),
     )
     return hashed.select(
-        "hour_label", "data_key", "line_no", "category", "reason", "raw",
+        "hour_label",
+        "data_key",
+        "line_no",
+        "category",
+        "reason",
+        "raw",
         *PAGEVIEW_COLUMN_NAMES,
         in_sample_column(F.col("visitor_id")).alias("in_sample"),
     )

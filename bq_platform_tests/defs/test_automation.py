@@ -10,11 +10,10 @@ from bq_platform.lib.landing import land_file
 
 
 def _land(tmp_path, name: str, hour: int, n: int) -> None:
-    lines = b"".join(
-        f'h{i} - - [01/Aug/1995:{hour:02d}:00:{i % 60:02d} +0000] "GET /{name} HTTP/1.0" 200 1\n'
-        .encode()
-        for i in range(n)
-    )
+    stamp = f"01/Aug/1995:{hour:02d}:00"
+    lines = "".join(
+        f'h{i} - - [{stamp}:{i % 60:02d} +0000] "GET /{name} HTTP/1.0" 200 1\n' for i in range(n)
+    ).encode()
     path = tmp_path / f"{name}.log.gz"
     path.write_bytes(gzip.compress(lines))
     from bq_platform.lib.objectstore.local import LocalObjectStore

@@ -13,6 +13,7 @@ from bq_platform.defs.warehouse.assets import (
     pageviews_sample_stage,
     pageviews_stage,
 )
+from bq_platform.lib.accounting import row_balanced
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.layout import DEADLETTER_PREFIX, landed_manifest_key
 from bq_platform.lib.manifest import LandedManifest
@@ -33,13 +34,7 @@ def audit(env) -> list[dict]:
 
 def assert_identity(rows: list[dict]) -> None:
     for r in rows:
-        assert r["source_lines"] == (
-            r["pageviews"]
-            + r["non_page_hits"]
-            + r["rejected"]
-            + r["duplicates"]
-            + r["out_of_window"]
-        ), r
+        assert row_balanced(r), r
 
 
 def test_one_hour_materializes_with_passing_blocking_checks(local_env, access_logs):

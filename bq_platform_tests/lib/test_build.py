@@ -76,9 +76,13 @@ def land(
     if name is not None:
         key = f"{layout.landing_hour_prefix(site, hour)}/{name}"
     manifest = LandedManifest(
-        site=site, hour=hour, data_key=key,
+        site=site,
+        hour=hour,
+        data_key=key,
         lines=len(lines) if manifest_lines is None else manifest_lines,
-        bytes=len(data), sha256=sha, source="test",
+        bytes=len(data),
+        sha256=sha,
+        source="test",
     )
     store.write_bytes(key, data)
     store.write_text(layout.landed_manifest_key(key), manifest.to_json())
@@ -163,8 +167,11 @@ def test_accounting_identity_and_counts_match_reference(built) -> None:
             assert c.balanced, c
             assert c.source_lines == len(lines) + dup
             assert (c.pageviews, c.non_page_hits, c.rejected, c.out_of_window, c.duplicates) == (
-                want["pageviews"], want["non_page_hits"], want["rejected"],
-                want["out_of_window"], dup,
+                want["pageviews"],
+                want["non_page_hits"],
+                want["rejected"],
+                want["out_of_window"],
+                dup,
             ), (c.site, hour)
             assert c.lines_read == len(lines)
             assert c.visitors == len([k for k in want if isinstance(k, tuple)])
@@ -194,14 +201,19 @@ def test_parquet_rows_schema_and_layout(built) -> None:
         assert all(f"{ts:%Y-%m-%dT%H}" == label for ts in full.column("event_ts").to_pylist())
         assert all(
             d == ts.date()
-            for d, ts in zip(full.column("event_date").to_pylist(),
-                             full.column("event_ts").to_pylist(), strict=True)
+            for d, ts in zip(
+                full.column("event_date").to_pylist(),
+                full.column("event_ts").to_pylist(),
+                strict=True,
+            )
         )
     spark_file = pq.ParquetFile(built.store.uri(built.manifests[H_NASA_1].full_files[0]))
     event_ts = spark_file.schema.column(1)
     assert (event_ts.name, event_ts.physical_type) == ("event_ts", "INT64")
-    assert str(event_ts.logical_type) == "Timestamp(isAdjustedToUTC=true, timeUnit=microseconds, " \
+    assert (
+        str(event_ts.logical_type) == "Timestamp(isAdjustedToUTC=true, timeUnit=microseconds, "
         "is_from_converted_type=false, force_set_converted_type=false)"
+    )
 
 
 def test_pages_are_pseudonymized_and_sampled_by_visitor(built) -> None:
@@ -249,8 +261,11 @@ def test_dead_letters_keep_reason_and_raw_line(built) -> None:
         assert row["reason"] == (parsed.reason or lf.REASON_OUT_OF_WINDOW)
     reasons = collections.Counter(dead.column("reason").to_pylist())
     assert reasons == {
-        lf.REASON_EMPTY_LINE: 1, lf.REASON_MALFORMED: 2, lf.REASON_BAD_STATUS: 1,
-        lf.REASON_BAD_TIMESTAMP: 1, lf.REASON_OUT_OF_WINDOW: 1,
+        lf.REASON_EMPTY_LINE: 1,
+        lf.REASON_MALFORMED: 2,
+        lf.REASON_BAD_STATUS: 1,
+        lf.REASON_BAD_TIMESTAMP: 1,
+        lf.REASON_OUT_OF_WINDOW: 1,
     }
     assert built.manifests[H_EMPTY].deadletter_files == ()
 
@@ -289,16 +304,15 @@ def test_rerun_with_new_attempt_is_identical(spark, built) -> None:
         ids_1 = sorted(read_parquet(built.store, first.full_files).column("event_id").to_pylist())
         ids_2 = sorted(read_parquet(built.store, second.full_files).column("event_id").to_pylist())
         assert ids_1 == ids_2 and ids_1
-        assert HourManifest.from_json(built.store.read_text(layout.hour_manifest_key(hour))) \
-            == second
+        assert (
+            HourManifest.from_json(built.store.read_text(layout.hour_manifest_key(hour))) == second
+        )
     # the fingerprint is the documented function of input, code version, key and sample rate
     m = again[H_EPA_2]
     assert m.fingerprint == jobids.hour_fingerprint(
         m.input_fingerprint, TRANSFORM_VERSION, key_id(KEY), SAMPLE_MODULUS
     )
-    assert m.input_fingerprint == jobids.input_fingerprint(
-        [(EPA, built.duplicate.sha256)]
-    )
+    assert m.input_fingerprint == jobids.input_fingerprint([(EPA, built.duplicate.sha256)])
     # the first attempt's files are untouched (its manifest may still be in use by a loader)
     assert all(built.store.exists(k) for k in built.manifests[H_NASA_1].full_files)
 
@@ -405,8 +419,9 @@ def test_file_with_wrong_line_count_is_reported_not_raised(spark, tmp_path) -> N
 
 def test_bad_arguments_are_refused(spark, small_store) -> None:
     with pytest.raises(ValueError, match="timezone-aware UTC"):
-        build_hours(spark, small_store, [dt.datetime(1995, 8, 1, 4)], attempt_id="x",
-                    visitor_key=KEY)
+        build_hours(
+            spark, small_store, [dt.datetime(1995, 8, 1, 4)], attempt_id="x", visitor_key=KEY
+        )
     with pytest.raises(ValueError, match="attempt id"):
         build_hours(spark, small_store, [H_NASA_1], attempt_id="a/b", visitor_key=KEY)
     with pytest.raises(ValueError, match="key is empty"):

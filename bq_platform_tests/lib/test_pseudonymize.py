@@ -22,14 +22,22 @@ from bq_platform.lib.pseudonymize import (
 # RFC 4231 (HMAC-SHA-256 test vectors), test cases 2, 6 and 7: a short key, and keys longer
 # than the 64-byte block (which HMAC hashes first).
 RFC4231 = [
-    (b"Jefe", "what do ya want for nothing?",
-     "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"),
-    (b"\xaa" * 131, "Test Using Larger Than Block-Size Key - Hash Key First",
-     "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
-    (b"\xaa" * 131,
-     "This is a test using a larger than block-size key and a larger than block-size data. "
-     "The key needs to be hashed before being used by the HMAC algorithm.",
-     "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"),
+    (
+        b"Jefe",
+        "what do ya want for nothing?",
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+    ),
+    (
+        b"\xaa" * 131,
+        "Test Using Larger Than Block-Size Key - Hash Key First",
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+    ),
+    (
+        b"\xaa" * 131,
+        "This is a test using a larger than block-size key and a larger than block-size data. "
+        "The key needs to be hashed before being used by the HMAC algorithm.",
+        "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+    ),
 ]
 
 HOSTS = [

@@ -35,9 +35,22 @@ SITE = "epa.gov"
 HOUR = "1995-08-30T14"  # 10:xx -0400
 
 COMPARED = (
-    "category", "reason", "event_id", "event_ts", "event_date", "visitor_id", "page_path",
-    "query_string", "http_method", "http_protocol", "status", "response_bytes", "referrer",
-    "user_agent", "in_sample", "raw",
+    "category",
+    "reason",
+    "event_id",
+    "event_ts",
+    "event_date",
+    "visitor_id",
+    "page_path",
+    "query_string",
+    "http_method",
+    "http_protocol",
+    "status",
+    "response_bytes",
+    "referrer",
+    "user_agent",
+    "in_sample",
+    "raw",
 )
 
 
@@ -67,10 +80,17 @@ def reference(raw: bytes, hour_label: str, line_no: int, key: str = KEY) -> dict
     parsed = lf.parse_line(text)
     request = parsed.parsed_request
     row = {
-        "raw": text, "reason": parsed.reason, "event_id": None, "visitor_id": None,
-        "event_ts": None, "event_date": None, "in_sample": False,
-        "status": parsed.status, "response_bytes": parsed.response_bytes,
-        "referrer": parsed.referrer, "user_agent": parsed.user_agent,
+        "raw": text,
+        "reason": parsed.reason,
+        "event_id": None,
+        "visitor_id": None,
+        "event_ts": None,
+        "event_date": None,
+        "in_sample": False,
+        "status": parsed.status,
+        "response_bytes": parsed.response_bytes,
+        "referrer": parsed.referrer,
+        "user_agent": parsed.user_agent,
         "http_method": request.method if request else None,
         "page_path": request.path if request else None,
         "query_string": request.query if request else None,
@@ -207,16 +227,36 @@ def test_expected_classes_of_some_odd_lines(odd_rows) -> None:
 
 def test_timestamps_agree_with_python_parser(spark) -> None:
     texts = [
-        "30/Aug/1995:15:27:00 -0400", "30/aug/1995:15:27:00 -0400", "30/AUG/1995:15:27:00 +0000",
-        "29/Feb/1996:12:00:00 +0000", "29/Feb/1995:12:00:00 +0000", "31/Apr/1995:00:00:00 +0000",
-        "30/Aug/1995:24:00:00 +0000", "30/Aug/1995:23:60:00 +0000", "30/Aug/1995:23:59:60 +0000",
-        "30/Aug/1995:15:27:00 +1800", "30/Aug/1995:15:27:00 -1800", "30/Aug/1995:15:27:00 +1801",
-        "30/Aug/1995:15:27:00 +1759", "30/Aug/1995:15:27:00 -0060", "30/Aug/1995:15:27:00 +0030",
-        "30/Sept/1995:15:27:00 -0400", "3/Aug/1995:15:27:00 -0400", "30/Aug/95:15:27:00 -0400",
-        "30/Aug/1995:15:27:00", "30/Aug/1995:15:27:00 Z", "30/Aug/1995:15:27:00 +04:00",
-        " 30/Aug/1995:15:27:00 -0400", "30/Aug/1995:15:27:00 -0400 ", "30/Aug/0000:00:00:00 +0000",
-        "01/Jan/0001:00:00:00 +0000", "01/Jan/0001:00:30:00 +0100", "31/Dec/9999:23:59:59 +0000",
-        "31/Dec/9999:23:30:00 -0100", "01/Jan/1970:00:00:00 +0000", "31/Dec/1969:23:59:59 +0000",
+        "30/Aug/1995:15:27:00 -0400",
+        "30/aug/1995:15:27:00 -0400",
+        "30/AUG/1995:15:27:00 +0000",
+        "29/Feb/1996:12:00:00 +0000",
+        "29/Feb/1995:12:00:00 +0000",
+        "31/Apr/1995:00:00:00 +0000",
+        "30/Aug/1995:24:00:00 +0000",
+        "30/Aug/1995:23:60:00 +0000",
+        "30/Aug/1995:23:59:60 +0000",
+        "30/Aug/1995:15:27:00 +1800",
+        "30/Aug/1995:15:27:00 -1800",
+        "30/Aug/1995:15:27:00 +1801",
+        "30/Aug/1995:15:27:00 +1759",
+        "30/Aug/1995:15:27:00 -0060",
+        "30/Aug/1995:15:27:00 +0030",
+        "30/Sept/1995:15:27:00 -0400",
+        "3/Aug/1995:15:27:00 -0400",
+        "30/Aug/95:15:27:00 -0400",
+        "30/Aug/1995:15:27:00",
+        "30/Aug/1995:15:27:00 Z",
+        "30/Aug/1995:15:27:00 +04:00",
+        " 30/Aug/1995:15:27:00 -0400",
+        "30/Aug/1995:15:27:00 -0400 ",
+        "30/Aug/0000:00:00:00 +0000",
+        "01/Jan/0001:00:00:00 +0000",
+        "01/Jan/0001:00:30:00 +0100",
+        "31/Dec/9999:23:59:59 +0000",
+        "31/Dec/9999:23:30:00 -0100",
+        "01/Jan/1970:00:00:00 +0000",
+        "31/Dec/1969:23:59:59 +0000",
     ]
     lines = [f'h - - [{t}] "GET / HTTP/1.0" 200 1' for t in texts]
     rows = run(spark, lines)
@@ -224,7 +264,8 @@ def test_timestamps_agree_with_python_parser(spark) -> None:
         want = lf.parse_timestamp_field(text)
         got = row["event_ts"]
         assert (got, row["reason"] == lf.REASON_BAD_TIMESTAMP) == (
-            None if want is None else int(want.timestamp()), want is None
+            None if want is None else int(want.timestamp()),
+            want is None,
         ), text
 
 
@@ -237,7 +278,10 @@ def test_result_does_not_depend_on_the_session_time_zone(spark) -> None:
         out = transform_lines(frame(spark, lines), visitor_key=KEY)
         # compare instants, not their rendering in the session zone
         got = out.select(
-            "line_no", "category", "reason", "event_date",
+            "line_no",
+            "category",
+            "reason",
+            "event_date",
             F.unix_seconds("event_ts").alias("secs"),
         ).collect()
     finally:
@@ -245,7 +289,9 @@ def test_result_does_not_depend_on_the_session_time_zone(spark) -> None:
     got_rows = sorted(got, key=lambda r: r["line_no"])
     for want, row in zip(expected, got_rows, strict=True):
         assert (row["category"], row["reason"], row["event_date"]) == (
-            want["category"], want["reason"], want["event_date"]
+            want["category"],
+            want["reason"],
+            want["event_date"],
         )
         assert row["secs"] == want["event_ts"]
 
@@ -256,10 +302,19 @@ def test_schema_and_one_row_per_line(spark) -> None:
     assert tuple(out.columns) == OUTPUT_COLUMNS
     types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
     assert {c: types[c] for c in PAGEVIEW_COLUMN_NAMES} == {
-        "event_id": "string", "event_ts": "timestamp", "event_date": "date", "site": "string",
-        "visitor_id": "string", "page_path": "string", "query_string": "string",
-        "http_method": "string", "http_protocol": "string", "status": "bigint",
-        "response_bytes": "bigint", "referrer": "string", "user_agent": "string",
+        "event_id": "string",
+        "event_ts": "timestamp",
+        "event_date": "date",
+        "site": "string",
+        "visitor_id": "string",
+        "page_path": "string",
+        "query_string": "string",
+        "http_method": "string",
+        "http_protocol": "string",
+        "status": "bigint",
+        "response_bytes": "bigint",
+        "referrer": "string",
+        "user_agent": "string",
     }
     line_nos = [r["line_no"] for r in out.select("line_no").collect()]
     assert sorted(line_nos) == list(range(1, 3 * len(ODD_LINES) + 1))
