@@ -8,7 +8,6 @@ scanned by recent hour prefixes; see docs/production.md.)
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
 
 from bq_platform.lib.hours import hour_partition_key
 from bq_platform.lib.jobids import input_fingerprint
@@ -68,16 +67,6 @@ class LandingIndex:
 
     def get(self, hour: dt.datetime) -> LandedHour | None:
         return self.by_hour.get(hour)
-
-    def source_lines(self, site: str, hours: Iterable[dt.datetime]) -> int:
-        """Source lines of ``site`` over ``hours``."""
-        return sum(
-            m.lines
-            for h in hours
-            if h in self.by_hour
-            for m in self.by_hour[h].manifests
-            if m.site == site
-        )
 
 
 def scan_landing(store: ObjectStore) -> LandingIndex:

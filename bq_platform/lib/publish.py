@@ -27,8 +27,6 @@ from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import (
-    PAGEVIEWS_SAMPLE_TABLE,
-    PAGEVIEWS_TABLE,
     TableSpec,
     pageviews_sample_spec,
     pageviews_spec,
@@ -252,6 +250,3 @@ def publish_day(
         expected_rows=sum(expected_rows(m, kind) for m in ready.values()),
         partition_rows=warehouse.partition_rows(spec.name, day),
     )
-
-
-TABLE_FOR_KIND = {"full": PAGEVIEWS_TABLE, "sample": PAGEVIEWS_SAMPLE_TABLE}

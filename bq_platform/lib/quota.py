@@ -35,8 +35,8 @@ class JobBudget:
 
         Raises:
             QuotaBudgetExceededError: if one more job would exceed the budget; the message
-                says how many were used and when the budget resets (00:00 UTC... BigQuery's
-                quota day is Pacific time, so we count conservatively by UTC day).
+                says how many were used. Jobs are counted per UTC day; BigQuery's quota day
+                is Pacific time, which the 10% headroom of the default budget absorbs.
         """
         table, _ = split_decorator(destination)
         today = (now or dt.datetime.now(dt.UTC)).date()

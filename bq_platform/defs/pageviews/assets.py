@@ -85,8 +85,7 @@ def pageview_files(
         metadata={
             "hours": len(hours),
             "rows": sum(m.rows for m in manifests),
-            "sample_rows": sum(m.sample_rows for m in manifests),
-            **{k: v for k, v in total.items() if k != "sample_rows"},
+            **total,
             "seconds": round(seconds, 2),
             "attempt_id": attempt_id,
             "per_site_hour": dg.MetadataValue.md(counts_markdown(counts)),
