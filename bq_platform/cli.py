@@ -2,14 +2,20 @@
 
 Commands:
 
-- ``bq-platform land --site SITE FILE...``: land log files (plain or gzip) into the landing
-  zone, split by UTC hour, one manifest per file.
+- ``bq-platform land --site SITE [--source NAME] FILE...``: land the new lines of log files
+  (plain or gzip) into the landing zone, split by UTC hour, one manifest per object; a file
+  landed again adds only what it gained, and broken landed objects are repaired.
 - ``bq-platform land-tree DIR``: land every file of ``DIR/<site>/`` (site = folder name).
 - ``bq-platform run [--start H --end H]``: build, stage, audit and publish every day with
   landed data not yet processed (or the given UTC hours), as Dagster runs recorded in the
   instance under ``$DAGSTER_HOME`` (default ``.bq_platform/dagster_home``), so ``dagster dev``
-  shows them. Prints a summary per day and site.
+  shows them. Prints one line per step and day, then a summary per day and site; ``-v`` shows
+  every log line. One ``run`` at a time per data folder: a second one waits for the first
+  (``--wait`` seconds, default one hour; ``--wait 0`` refuses at once), see
+  :mod:`bq_platform.instance`.
 - ``bq-platform summary``: the summary alone, from the audit table.
+- ``bq-platform deadletters``: rejected and out-of-window lines of the current attempts, counts
+  per reason first, then samples.
 """
 
 import datetime as dt
@@ -23,16 +29,14 @@ from typing import Any
 
 import click
 
+from bq_platform.cli_plan import plan as plan_command
 from bq_platform.lib.hours import hours_between
 from bq_platform.lib.layout import parse_hour_label
 
 log = logging.getLogger("bq_platform")
 
-DAGSTER_YAML = """\
-# Local Dagster instance of bq_platform (written by bq-platform; edit freely).
-telemetry:
-  enabled: false
-"""
+#: Loggers that print set-up chatter at INFO (dagster's SQLite migrations, the Spark gateway).
+_CHATTY_LOGGERS = ("alembic", "py4j", "dagster")
 
 
 def _home() -> Path:
@@ -42,13 +46,15 @@ def _home() -> Path:
 
 
 def _ensure_dagster_home() -> Path:
-    """Use ``$DAGSTER_HOME``, else ``<BQ_PLATFORM_HOME>/dagster_home`` with a dagster.yaml."""
-    home = Path(os.environ.get("DAGSTER_HOME") or _home() / "dagster_home").resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(DAGSTER_YAML)
-    os.environ["DAGSTER_HOME"] = str(home)
+    """Use ``$DAGSTER_HOME``, else ``<BQ_PLATFORM_HOME>/dagster_home``, with a dagster.yaml that
+    has every block of :data:`bq_platform.instance.DAGSTER_YAML`."""
+    from bq_platform.instance import dagster_home, ensure_dagster_yaml
+
+    home = dagster_home(_home() / "dagster_home")
+    try:
+        ensure_dagster_yaml(home)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     return home
 
 
@@ -70,12 +76,38 @@ def _parse_hour(value: str) -> dt.datetime:
 
 
 @click.group()
-@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def main(verbose: bool) -> None:
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Every log line (Dagster, Spark, warehouse jobs)."
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """Pageview pipeline: landed access logs -> Spark -> Parquet -> warehouse tables."""
+    ctx.obj = {"verbose": verbose}
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for name in _CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    if verbose:
+        os.environ["BQ_PLATFORM_SPARK_VERBOSE"] = "1"  # read by lib/spark.py
+
+
+def _first_hour() -> dt.datetime:
+    """The first hourly partition (``BQ_PLATFORM_FIRST_HOUR``), as the definitions read it."""
+    from bq_platform.defs.partitions import FIRST_HOUR
+
+    return FIRST_HOUR
+
+
+def _landed_summary(landed: Sequence[Any]) -> str:
+    """``N new lines in H hours (W objects written, A already there, R repaired)``."""
+    new = [f for f in landed if not f.repaired]
+    return (
+        f"{sum(f.manifest.lines for f in new)} new lines in "
+        f"{len({f.manifest.hour for f in new})} hours ({sum(f.written for f in new)} objects "
+        f"written, {sum(not f.written for f in new)} already there, "
+        f"{sum(f.repaired for f in landed)} repaired)"
     )
 
 
@@ -86,45 +118,56 @@ def main(verbose: bool) -> None:
     default=None,
     help="UTC hour (YYYY-MM-DDTHH) for files with no readable timestamp.",
 )
+@click.option(
+    "--source",
+    default=None,
+    help="Name of the source in the landing registry (default: the file name). Landing the "
+    "same source again lands only its new lines; give one FILE with it.",
+)
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-def land(site: str, default_hour: str | None, files: Sequence[str]) -> None:
-    """Land log FILES of SITE into the landing zone, split by UTC hour."""
-    from bq_platform.lib.landing import LandingError, land_files
+def land(site: str, default_hour: str | None, source: str | None, files: Sequence[str]) -> None:
+    """Land the new lines of log FILES of SITE into the landing zone, split by UTC hour.
 
+    Each file is a source (site + name): landing it again lands only the lines added since
+    (a growing log counts once), repairs landed objects that went missing or corrupt, and
+    starts over when the file was rotated or truncated.
+    """
+    from bq_platform.lib.landing import LandingError, land_file
+
+    if source is not None and len(files) != 1:
+        raise click.UsageError("--source names one file: give exactly one FILE with it")
     store = _resources()["object_store"].get_store()
     hour = _parse_hour(default_hour) if default_hour else None
+    first_hour = _first_hour()
+    landed = []
     try:
-        landed = land_files(store, site, files, default_hour=hour, log=log)
+        for path in files:
+            landed += land_file(
+                store, site, path, source=source, default_hour=hour, first_hour=first_hour, log=log
+            )
     except (LandingError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(
-        f"{site}: {sum(f.manifest.lines for f in landed)} lines landed in "
-        f"{len({f.manifest.hour for f in landed})} hours ({sum(f.written for f in landed)} new "
-        f"objects, {sum(not f.written for f in landed)} already there)"
-    )
+    click.echo(f"{site}: {_landed_summary(landed)}")
 
 
 @main.command("land-tree")
 @click.argument("root", type=click.Path(exists=True, file_okay=False))
 def land_tree(root: str) -> None:
-    """Land every file under ROOT/<site>/ (the folder name is the site)."""
+    """Land every file under ROOT/<site>/ (the folder name is the site; each file a source)."""
     from bq_platform.lib.landing import LandingError, land_files
 
     store = _resources()["object_store"].get_store()
     sites = sorted(p for p in Path(root).iterdir() if p.is_dir())
     if not sites:
         raise click.ClickException(f"{root} has no site folders (expected {root}/<site>/<files>)")
+    first_hour = _first_hour()
     for site_dir in sites:
         files = sorted(p for p in site_dir.iterdir() if p.is_file() and not p.name.startswith("."))
         try:
-            landed = land_files(store, site_dir.name, files, log=log)
+            landed = land_files(store, site_dir.name, files, first_hour=first_hour, log=log)
         except (LandingError, ValueError) as exc:
             raise click.ClickException(str(exc)) from exc
-        click.echo(
-            f"{site_dir.name}: {len(files)} files, {sum(f.manifest.lines for f in landed)} lines "
-            f"in {len({f.manifest.hour for f in landed})} hours "
-            f"({sum(f.written for f in landed)} new objects)"
-        )
+        click.echo(f"{site_dir.name}: {len(files)} files, {_landed_summary(landed)}")
 
 
 @main.command()
@@ -133,29 +176,84 @@ def land_tree(root: str) -> None:
 @click.option(
     "--allow-incomplete", is_flag=True, help="Publish days even if some hours are incomplete."
 )
+@click.option(
+    "--allow-rejected",
+    is_flag=True,
+    help="Publish hours whose rejected share is above BQ_PLATFORM_MAX_REJECTED_SHARE.",
+)
 @click.option("--force", is_flag=True, help="Re-run days that look up to date (still idempotent).")
-def run(start: str | None, end: str | None, allow_incomplete: bool, force: bool) -> None:
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds to wait while another bq-platform run uses this data folder; 0 refuses.",
+)
+@click.pass_context
+def run(
+    ctx: click.Context,
+    start: str | None,
+    end: str | None,
+    allow_incomplete: bool,
+    allow_rejected: bool,
+    force: bool,
+    wait_seconds: float,
+) -> None:
     """Process every landed day not yet published (or the hours START..END) through Dagster."""
-    from bq_platform.runner import PipelineRunner
+    import dagster as dg
 
-    _ensure_dagster_home()
-    runner = PipelineRunner.from_environment(_env(), echo=click.echo)
+    from bq_platform.instance import RunLockTimeout, fail_dead_runs, run_lock
+
+    home = _ensure_dagster_home()
+    hours = _hour_range(start, end)
+    try:
+        with run_lock(home, wait_seconds, on_wait=lambda m: click.echo(m, err=True)):
+            # Created (and its SQLite schema migrated) by the lock holder only: issue 7.
+            with dg.DagsterInstance.get() as instance:
+                for run_id in fail_dead_runs(instance):
+                    click.echo(f"run {run_id} lost its process (killed?): marked failed")
+                _run(ctx.obj["verbose"], instance, hours, allow_incomplete, force, allow_rejected)
+    except RunLockTimeout as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _hour_range(start: str | None, end: str | None) -> list[dt.datetime] | None:
     if start or end:
         if not (start and end):
             raise click.UsageError("--start and --end go together")
         first, last = _parse_hour(start), _parse_hour(end)
         if last < first:
             raise click.UsageError("--end is before --start")
-        hours = hours_between(first, last + dt.timedelta(hours=1))
-    else:
-        hours = None
+        return hours_between(first, last + dt.timedelta(hours=1))
+    return None
+
+
+def _run(
+    verbose: bool,
+    instance: Any,
+    hours: list[dt.datetime] | None,
+    allow_incomplete: bool,
+    force: bool,
+    allow_rejected: bool = False,
+) -> None:
+    from bq_platform.runner import PipelineRunner
+
+    runner = PipelineRunner.from_environment(
+        _env(), echo=click.echo, instance=instance, verbose=verbose
+    )
     started = time.monotonic()
-    ok = runner.run(hours=hours, allow_incomplete=allow_incomplete, force=force)
+    ok = runner.run(
+        hours=hours, allow_incomplete=allow_incomplete, force=force, allow_rejected=allow_rejected
+    )
+    runner.clean_attempts()
     click.echo(f"\nfinished in {time.monotonic() - started:.1f} s")
     runner.print_summary(runner.processed_days or runner.all_days())
     if not ok:
         click.echo(
-            "\nSome runs failed; see the messages above and the Dagster UI (make dev).", err=True
+            "\nSome runs failed; see the messages above, `bq-platform -v run` for every log line, "
+            "and the Dagster UI (make dev).",
+            err=True,
         )
         sys.exit(1)
 
@@ -167,3 +265,42 @@ def summary() -> None:
 
     runner = PipelineRunner.from_environment(_env(), echo=click.echo)
     runner.print_summary(runner.all_days())
+
+
+@main.command()
+@click.option("--start", default=None, help="First UTC hour, YYYY-MM-DDTHH (inclusive).")
+@click.option("--end", default=None, help="Last UTC hour, YYYY-MM-DDTHH (inclusive).")
+@click.option("--reason", default=None, help="Only this reason code, e.g. malformed.")
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Sample lines."
+)
+def deadletters(start: str | None, end: str | None, reason: str | None, limit: int) -> None:
+    """List rejected and out-of-window lines: counts per reason, then samples.
+
+    Reads the dead-letter files that the hour manifests name (the current attempt of each
+    hour, never a superseded one), from the lake, in both environments.
+    """
+    from bq_platform.lib.deadletters import built_hours, cut, read_dead_letters, summarize
+    from bq_platform.lib.layout import hour_label
+
+    store = _resources()["object_store"].get_store()
+    hours = _hour_range(start, end) or built_hours(store)
+    report = summarize(read_dead_letters(store, hours), reason=reason, limit=limit)
+    if not report.total:
+        click.echo(
+            f"no dead letters in {len(hours)} hours" + (f" with reason {reason}" if reason else "")
+        )
+        return
+    click.echo(f"{report.total} dead letters in {len(hours)} hours")
+    for name, count in report.counts.items():
+        click.echo(f"{count:>10}  {name}")
+    if report.samples:
+        click.echo(f"\n{'site':<16} {'hour':<13} {'line':>7} {'reason':<16} file / raw")
+    for d in report.samples:
+        click.echo(
+            f"{d.site:<16} {hour_label(d.hour):<13} {d.line_no:>7} {d.reason:<16} {d.data_key}"
+        )
+        click.echo(f"{'':<55}{cut(d.raw)}")
+
+
+main.add_command(plan_command)

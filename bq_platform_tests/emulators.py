@@ -1,7 +1,7 @@
 """Pytest fixtures and helpers for testing the Google Cloud adapters offline.
 
 Two emulators run as subprocesses on loopback (127.0.0.1, free ports picked at start-up), one of
-each per test session:
+each per test module (their memory grows with every write, so no module inherits another's):
 
 - ``gcp-storage-emulator`` (GCS JSON API)::
 
@@ -25,7 +25,7 @@ each per test session:
   loadable by BigQuery load jobs.
 
 Readiness is polled (``GET /storage/v1/b`` and ``GET /readyz``) for at most
-:data:`STARTUP_TIMEOUT_S`; the processes are terminated at the end of the session. Logs go to
+:data:`STARTUP_TIMEOUT_S`; the processes are terminated at the end of the module. Logs go to
 files next to the data (named in start-up errors).
 
 :class:`RecordingSession` is an HTTP session for the official clients (``Client(_http=...)``)
@@ -229,9 +229,9 @@ class BigQueryEmulator:
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulator]:
-    """gcp-storage-emulator on a free loopback port, for the whole session."""
+    """gcp-storage-emulator on a free loopback port, for one test module."""
     _require("gcp_storage_emulator", "gcp-storage-emulator")
     root = tmp_path_factory.mktemp("gcs-emulator")
     data_dir = root / "data"
@@ -262,7 +262,7 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulat
         yield GCSEmulator(endpoint=endpoint, data_dir=data_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def bq_emulator(
     tmp_path_factory: pytest.TempPathFactory, gcs_emulator: GCSEmulator
 ) -> Iterator[BigQueryEmulator]:

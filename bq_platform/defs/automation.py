@@ -1,25 +1,38 @@
-"""Jobs, schedules and the landing sensor.
+"""Jobs and the automation that brings every closed day with landed data to published.
 
 - ``pageviews_hourly_job``: pageview files, stage tables and audit for a range of UTC hours
   (a day's hours run in one Spark session: the assets' backfill policy allows 24 per run).
-- ``pageviews_daily_job``: publishes one UTC day into ``pageviews`` and ``pageviews_sample``.
-- ``pageviews_hourly_schedule`` (hh:15 for the previous hour) and ``pageviews_daily_schedule``
-  (01:30 UTC for the previous day): production cadence, stopped by default.
-- ``landing_sensor``: watches the landing zone; when an hour's content changes (new or late
-  files) it requests the hourly job for that day's changed hours.
-- ``publish_after_hourly_sensor``: when an hourly run succeeds, requests the publish of the
-  days it touched (the publish's completeness gate decides whether the day is ready).
+- ``pageviews_daily_job``: publishes one UTC day into ``pageviews`` and ``pageviews_sample``
+  and writes its completeness report.
+- ``pageviews_automation_sensor`` (stopped by default; the operator turns it on): every
+  ``MINIMUM_INTERVAL_SECONDS`` it asks :func:`bq_platform.lib.planning.plan_automation` (the
+  same answer ``bq-platform run`` uses) what is due, and requests
+
+  - the hourly job for closed hours whose landed content is new or changed (a late file
+    re-runs its hour), and for a closed day's empty hours (built as empty hours);
+  - the daily job for a closed day whose 24 hours are current but whose published content is
+    not (so a late file republishes its day once its hour is rebuilt).
+
+  It reads what is materialized (hour manifests, publish records), not a cursor, so its first
+  tick on an up-to-date instance requests nothing. Days with a queued or running pipeline run
+  are left alone until it ends. When nothing is requested the tick's skip reason says why.
+
+Why a sensor and not declarative automation (``AutomationCondition``): "what needs to run" is
+content-based (fingerprints of landed files, transform version and key), is also needed by
+the CLI without a Dagster daemon, and must treat hours without any landed file as due once
+their day closes. A sensor calling plain Python keeps that one answer testable and shared;
+conditions would be a second answer in Dagster's terms. See docs/architecture.md.
 """
 
-import json
+import datetime as dt
 
 import dagster as dg
 
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions
-from bq_platform.defs.resources import ObjectStoreResource
-from bq_platform.lib.hours import hour_partition_key
-from bq_platform.lib.jobids import sha256_json
+from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
+from bq_platform.lib.hours import hour_label, parse_hour_label
 from bq_platform.lib.landing_index import scan_landing
+from bq_platform.lib.planning import AutomationPlan, plan_automation
 
 HOURLY_SELECTION = dg.AssetSelection.assets(
     ["lake", "pageview_files"],
@@ -28,8 +41,19 @@ HOURLY_SELECTION = dg.AssetSelection.assets(
     ["warehouse", "pageviews_audit"],
 )
 DAILY_SELECTION = dg.AssetSelection.assets(
-    ["warehouse", "pageviews"], ["warehouse", "pageviews_sample"]
+    ["warehouse", "pageviews"],
+    ["warehouse", "pageviews_sample"],
+    ["reports", "pageviews_completeness"],
 )
+MINIMUM_INTERVAL_SECONDS = 60
+"""Seconds between two evaluations of the automation sensor."""
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+TRIGGER_TAG = "bq_platform/trigger"
 
 pageviews_hourly_job = dg.define_asset_job(
     "pageviews_hourly_job",
@@ -41,74 +65,95 @@ pageviews_daily_job = dg.define_asset_job(
     "pageviews_daily_job",
     selection=DAILY_SELECTION,
     partitions_def=daily_partitions,
-    description="Publish one UTC day into pageviews and pageviews_sample (copy jobs).",
-)
-
-pageviews_hourly_schedule = dg.build_schedule_from_partitioned_job(
-    pageviews_hourly_job, minute_of_hour=15, name="pageviews_hourly_schedule"
-)
-pageviews_daily_schedule = dg.build_schedule_from_partitioned_job(
-    pageviews_daily_job, hour_of_day=1, minute_of_hour=30, name="pageviews_daily_schedule"
+    description="Publish one UTC day into pageviews and pageviews_sample (copy jobs), and "
+    "report its completeness.",
 )
 
 
-def changed_hours(previous: dict[str, str], current: dict[str, str]) -> list[str]:
-    """Hour partition keys whose landed-content fingerprint is new or different."""
-    return sorted(k for k, fp in current.items() if previous.get(k) != fp)
+def run_days(tags: dg.DagsterRun | dict[str, str]) -> list[dt.date]:
+    """UTC days a pipeline run covers, from its partition tags (hourly range or one day)."""
+    tags = tags.tags if isinstance(tags, dg.DagsterRun) else tags
+    start = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
+    end = tags.get("dagster/asset_partition_range_end") or start
+    if not start or not end:
+        return []
+    first, last = (
+        parse_hour_label(k).date() if "T" in k else dt.date.fromisoformat(k) for k in (start, end)
+    )
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def busy_days(instance: dg.DagsterInstance) -> set[dt.date]:
+    """Days covered by a queued or running hourly or daily run."""
+    days: set[dt.date] = set()
+    for job in (pageviews_hourly_job.name, pageviews_daily_job.name):
+        for run in instance.get_runs(dg.RunsFilter(job_name=job, statuses=IN_FLIGHT)):
+            days.update(run_days(run))
+    return days
+
+
+def run_requests(plan: AutomationPlan) -> list[dg.RunRequest]:
+    """Dagster run requests for an automation plan (deterministic run keys)."""
+    out = []
+    for request in plan.requests:
+        tags = {TRIGGER_TAG: "automation", "bq_platform/reason": request.reason[:200]}
+        if request.kind == "build":
+            out.append(
+                dg.RunRequest(
+                    run_key=request.run_key,
+                    job_name=pageviews_hourly_job.name,
+                    tags={
+                        **tags,
+                        "dagster/asset_partition_range_start": hour_label(request.hours[0]),
+                        "dagster/asset_partition_range_end": hour_label(request.hours[-1]),
+                    },
+                )
+            )
+        else:
+            out.append(
+                dg.RunRequest(
+                    run_key=request.run_key,
+                    job_name=pageviews_daily_job.name,
+                    partition_key=request.day.isoformat(),
+                    tags=tags,
+                )
+            )
+    return out
 
 
 @dg.sensor(
-    name="landing_sensor",
-    job=pageviews_hourly_job,
-    minimum_interval_seconds=120,
+    name="pageviews_automation_sensor",
+    jobs=[pageviews_hourly_job, pageviews_daily_job],
+    minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Requests the hourly build for hours whose landed files changed (new or late "
-    "files). Cursor: fingerprint of each landed hour's content.",
+    description="Brings every closed UTC day with landed data to published: builds new, late "
+    "and empty hours, then publishes the day. Reads hour manifests and publish records (what "
+    "is materialized), so turning it on requests only what is not yet done. Stopped by "
+    "default: turn it on in Automation.",
 )
-def landing_sensor(
-    context: dg.SensorEvaluationContext, object_store: ObjectStoreResource
-) -> dg.SensorResult:
-    previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    index = scan_landing(object_store.get_store())
-    current = {hour_partition_key(h.hour): h.input_fingerprint[:16] for h in index.hours()}
-    changed = changed_hours(previous, current)
-    by_day: dict[str, list[str]] = {}
-    for key in changed:
-        by_day.setdefault(key[:10], []).append(key)
-    requests = []
-    for _day, keys in sorted(by_day.items()):
-        content = sha256_json({k: current[k] for k in keys})[:16]
-        requests.append(
-            dg.RunRequest(
-                run_key=f"hourly:{keys[0]}:{keys[-1]}:{content}",
-                job_name=pageviews_hourly_job.name,
-                tags={
-                    "dagster/asset_partition_range_start": keys[0],
-                    "dagster/asset_partition_range_end": keys[-1],
-                },
-            )
+def pageviews_automation_sensor(
+    context: dg.SensorEvaluationContext,
+    object_store: ObjectStoreResource,
+    warehouse: WarehouseResource,
+    settings: PipelineSettings,
+) -> dg.SensorResult | dg.SkipReason:
+    store = object_store.get_store()
+    wh = warehouse.get_warehouse()
+    try:
+        plan = plan_automation(
+            scan_landing(store),
+            store,
+            wh,
+            settings.visitor_key,
+            now=dt.datetime.now(dt.UTC),
+            busy_days=busy_days(context.instance),
         )
-    if changed:
-        context.log.info("%d changed hours over %d days", len(changed), len(by_day))
-    return dg.SensorResult(run_requests=requests, cursor=json.dumps(current, sort_keys=True))
-
-
-@dg.run_status_sensor(
-    name="publish_after_hourly_sensor",
-    run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[pageviews_hourly_job],
-    request_job=pageviews_daily_job,
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Publishes the days an hourly run touched, once that run has succeeded.",
-)
-def publish_after_hourly_sensor(context: dg.RunStatusSensorContext) -> list[dg.RunRequest]:
-    tags = context.dagster_run.tags
-    start = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
-    end = tags.get("dagster/asset_partition_range_end") or start
-    if not start:
-        return []
-    days = daily_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(start[:10], end[:10]))
-    return [
-        dg.RunRequest(run_key=f"{context.dagster_run.run_id}:{day}", partition_key=day)
-        for day in days
-    ]
+    finally:
+        wh.close()
+    if not plan.requests:
+        return dg.SkipReason(plan.skip_reason())
+    for request in plan.requests:
+        context.log.info(
+            "%s %s: %s (%s)", request.kind, request.day, request.reason, request.run_key
+        )
+    return dg.SensorResult(run_requests=run_requests(plan))

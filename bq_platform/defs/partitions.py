@@ -1,20 +1,38 @@
-"""The two partitions definitions of the project: UTC hours and UTC days.
+"""The two partitions definitions of the project (UTC hours, UTC days) and their hours.
 
-The first partition is configuration: ``BQ_PLATFORM_FIRST_HOUR`` (``YYYY-MM-DD-HH:MM``, UTC),
-default ``1995-08-01-00:00`` for the bundled logs. It is read when the definitions load, the
-one setting that must be known then (a partitions definition is part of the asset graph).
+Hourly partition keys are hour labels, ``YYYY-MM-DDTHH`` (``1995-08-01T04``): the same
+spelling as the landing folders and ``bq-platform run --start/--end`` (see
+:mod:`bq_platform.lib.hours`). Daily keys are ``YYYY-MM-DD``.
+
+The first partition is configuration: ``BQ_PLATFORM_FIRST_HOUR`` (``YYYY-MM-DDTHH``, UTC; the
+pre-issue-8 spelling ``YYYY-MM-DD-HH:00`` is accepted too), default ``1995-08-01T00`` for the
+bundled logs. It is read when the definitions load, the one setting that must be known then
+(a partitions definition is part of the asset graph).
 """
 
+import datetime as dt
 import os
 
 import dagster as dg
 
-from bq_platform.lib.hours import HOURLY_PARTITION_FMT
+from bq_platform.lib.hours import HOURLY_PARTITION_FMT, hours_between, parse_hour
 
-DEFAULT_FIRST_HOUR = "1995-08-01-00:00"
-FIRST_HOUR = os.environ.get("BQ_PLATFORM_FIRST_HOUR", DEFAULT_FIRST_HOUR)
+DEFAULT_FIRST_HOUR = "1995-08-01T00"
+FIRST_HOUR: dt.datetime = parse_hour(os.environ.get("BQ_PLATFORM_FIRST_HOUR") or DEFAULT_FIRST_HOUR)
 
 hourly_partitions = dg.HourlyPartitionsDefinition(
     start_date=FIRST_HOUR, timezone="UTC", fmt=HOURLY_PARTITION_FMT
 )
-daily_partitions = dg.DailyPartitionsDefinition(start_date=FIRST_HOUR[:10], timezone="UTC")
+daily_partitions = dg.DailyPartitionsDefinition(
+    start_date=FIRST_HOUR.replace(hour=0), timezone="UTC"
+)
+
+
+def partition_hours(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> list[dt.datetime]:
+    """The UTC hours of the run's partition or partition range (hourly or daily assets).
+
+    One partition, a range of a backfill (up to 24 hours per run, see the backfill policy) or
+    a day: always the hours of ``context.partition_time_window``, in time order.
+    """
+    window = context.partition_time_window
+    return hours_between(window.start, window.end)

@@ -5,7 +5,8 @@ Every environment binds the same keys:
 - ``object_store``: landing zone, staging Parquet, dead letters (:class:`ObjectStoreResource`);
 - ``warehouse``: stage, published and audit tables, the job ledger (:class:`WarehouseResource`);
 - ``spark``: the Spark session (:class:`SparkResource`);
-- ``settings``: pseudonymization key and job budgets (:class:`PipelineSettings`).
+- ``settings``: pseudonymization key, job budgets and the rejected-share limit
+  (:class:`PipelineSettings`).
 
 ``BQ_PLATFORM_ENV`` picks the implementations when the definitions load: ``local`` (default:
 a directory, DuckDB, ``local[*]``, everything under ``BQ_PLATFORM_HOME``, default
@@ -24,6 +25,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
 from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.quality import DEFAULT_MAX_REJECTED_SHARE
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.spark import ensure_local_spark_env, spark_config
 from bq_platform.lib.warehouse.base import Warehouse
@@ -139,10 +141,14 @@ class PipelineSettings(dg.ConfigurableResource):
             it changes every visitor_id and the sample; treat it like a password.
         job_budget_per_table_per_day: jobs allowed per table per UTC day (BigQuery: 1,500 table
             operations per table per day; default 90% of that).
+        max_rejected_share: share of rejected lines (0..1) above which a site-hour fails the
+            ``rejected_share`` check with ERROR and holds its day's publish
+            (``BQ_PLATFORM_MAX_REJECTED_SHARE``; see :mod:`bq_platform.lib.quality`).
     """
 
     visitor_key: str
     job_budget_per_table_per_day: int = JobBudget().per_table_per_day
+    max_rejected_share: float = DEFAULT_MAX_REJECTED_SHARE
 
     def budget(self) -> JobBudget:
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
@@ -157,6 +163,27 @@ def _budget() -> dict[str, int]:
     """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), when set."""
     value = os.environ.get("BQ_PLATFORM_JOB_BUDGET")
     return {"job_budget_per_table_per_day": int(value)} if value else {}
+
+
+def _quality() -> dict[str, float]:
+    """``BQ_PLATFORM_MAX_REJECTED_SHARE`` (a share 0..1, e.g. ``0.05``), when set.
+
+    Raises:
+        ValueError: naming the variable, if it is not a number between 0 and 1.
+    """
+    value = os.environ.get("BQ_PLATFORM_MAX_REJECTED_SHARE")
+    if not value:
+        return {}
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(
+            f"BQ_PLATFORM_MAX_REJECTED_SHARE must be a share between 0 and 1 (0.05 = 5%), "
+            f"got {value!r}"
+        )
+    return {"max_rejected_share": share}
 
 
 def build_resources(env: str) -> dict[str, Any]:
@@ -180,6 +207,7 @@ def build_resources(env: str) -> dict[str, Any]:
             "settings": PipelineSettings(
                 visitor_key=os.environ.get("BQ_PLATFORM_VISITOR_KEY") or LOCAL_VISITOR_KEY,
                 **_budget(),
+                **_quality(),
             ),
         }
     if env == "prod":
@@ -201,7 +229,7 @@ def build_resources(env: str) -> dict[str, Any]:
                 )
             ),
             "settings": PipelineSettings(
-                visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"), **_budget()
+                visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"), **_budget(), **_quality()
             ),
         }
     raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")

@@ -22,10 +22,19 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+#: Longest raw sample line a manifest keeps (characters); the UI shows fewer.
+MAX_SAMPLE_CHARS = 1000
+
 
 @dataclasses.dataclass(frozen=True)
 class SiteHourCounts:
-    """Line counts of one site in one UTC hour (all values are line counts, >= 0)."""
+    """Line counts of one site in one UTC hour (all counts are line counts, >= 0).
+
+    ``rejected_reasons`` (reason code -> lines, summing to ``rejected``) and
+    ``rejected_samples`` (a few raw rejected lines, each at most
+    :data:`MAX_SAMPLE_CHARS` characters) feed the rejected-share check
+    (:mod:`bq_platform.lib.quality`); manifests written before they existed read as empty.
+    """
 
     site: str
     hour: dt.datetime
@@ -40,6 +49,8 @@ class SiteHourCounts:
     visitors: int = 0
     sample_visitors: int = 0
     files: int = 0
+    rejected_reasons: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    rejected_samples: tuple[str, ...] = ()
 
     @property
     def accounted(self) -> int:
@@ -63,6 +74,10 @@ class SiteHourCounts:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         values["hour"] = dt.datetime.fromisoformat(values["hour"]).astimezone(dt.UTC)
+        values["rejected_reasons"] = {
+            str(k): int(v) for k, v in dict(values.get("rejected_reasons") or {}).items()
+        }
+        values["rejected_samples"] = tuple(str(x) for x in values.get("rejected_samples") or ())
         return cls(**values)
 
 

@@ -8,11 +8,13 @@ This is the body of the ``pageview_files`` asset. For a set of UTC hours it:
 3. counts a delivery whose checksum was already delivered for the same site and hour once:
    the extra deliveries' lines are ``duplicates`` (at-least-once delivery);
 4. reads all kept files of all hours in *one* Spark pass (gzip is unsplittable, so one file is
-   one split, read in order), numbers lines per file, and classifies them with
+   one split, read in order), numbers lines per file without a shuffle, and classifies them with
    :func:`bq_platform.lib.transform.transform_lines`; the result is persisted once;
 5. aggregates per (site, hour, file) and the distinct visitors per (site, hour); a file whose
    line count differs from its manifest is reported in ``file_mismatches`` (not raised: the
-   blocking accounting check reports it, with the other hours still built);
+   blocking accounting check reports it, with the other hours still built); the same pass
+   counts rejected lines per reason and keeps a few raw ones, for the rejected-share check
+   (:mod:`bq_platform.lib.quality`);
 6. writes Parquet under this attempt's own prefix (:func:`bq_platform.lib.layout.attempt_prefix`)
    in ``hour=YYYY-MM-DDTHH`` folders: ``full`` (pages), ``sample`` (pages of sampled visitors)
    and the dead letters (rejected and out-of-window lines with reason and raw text); an hour
@@ -24,8 +26,8 @@ This is the body of the ``pageview_files`` asset. For a set of UTC hours it:
 Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
 
-Spark work: one read of the landed gzip, one shuffle (line numbering), one persist, two small
-aggregations and three Parquet writes from the persisted rows.
+Spark work: one read of the landed gzip (no shuffle: lines are numbered where they are read),
+one persist, two small aggregations and three Parquet writes from the persisted rows.
 """
 
 import concurrent.futures
@@ -39,17 +41,21 @@ import re
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bq_platform.lib import jobids, layout
-from bq_platform.lib.accounting import SiteHourCounts
+from bq_platform.lib import logformat as lf
+from bq_platform.lib.accounting import MAX_SAMPLE_CHARS, SiteHourCounts
 from bq_platform.lib.landing import LandingError
+from bq_platform.lib.landing_index import find_orphans, orphan_checksum
 from bq_platform.lib.manifest import HourManifest, LandedManifest, ManifestError
 from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
 from bq_platform.lib.transform import (
     CATEGORY_NON_PAGE,
@@ -72,8 +78,19 @@ _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SITE_FOLDER = "site="
 _MAX_LISTED_PROBLEMS = 20
 _VERIFY_THREADS = 8
-#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them.
-_BUILD_SQL_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and
+#: each landed file its own input split (see :func:`_read_lines`): Spark packs small files into
+#: one split until ``maxPartitionBytes``, counting ``openCostInBytes`` per file
+#: (``FilePartition.getFilePartitions``); an open cost above any split size packs none.
+_BUILD_SQL_CONF = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.files.openCostInBytes": str(1 << 40),
+}
+#: ``monotonically_increasing_id()`` is the input partition's index shifted left by 33 bits
+#: plus the row's position in that partition (``pyspark.sql.functions`` docs): the low 33 bits.
+_ROW_IN_SPLIT_MASK = (1 << 33) - 1
+#: Read tasks per core after coalescing the one-file splits (Parquet files per hour and task).
+_READ_TASKS_PER_CORE = 2
 _LANDING_HINT = (
     "re-land the file with `bq-platform land` (or have its producer deliver it again), "
     "then run these hours again"
@@ -119,13 +136,27 @@ def landed_deliveries(store: ObjectStore, site: str, hour: dt.datetime) -> list[
     """The landed manifests of one site and UTC hour, by key, duplicates marked.
 
     Raises:
+        LandingError: as :func:`landed_hour`.
+    """
+    return landed_hour(store, site, hour)[0]
+
+
+def landed_hour(
+    store: ObjectStore, site: str, hour: dt.datetime
+) -> tuple[list[LandedDelivery], list[str]]:
+    """The landed manifests of one site and UTC hour (by key, duplicates marked) and the
+    orphans: data files of the folder no manifest names (an incomplete delivery, issue 7; see
+    :func:`bq_platform.lib.landing_index.find_orphans`). One listing of the folder.
+
+    Raises:
         LandingError: if a manifest is unreadable, names another site or hour, or points at a
             data file outside its folder or not named ``[A-Za-z0-9._-]+.gz``.
     """
     prefix = layout.landing_hour_prefix(site, hour)
     deliveries: list[LandedDelivery] = []
     seen: set[str] = set()
-    for key in store.list_keys(prefix):
+    keys = store.list_keys(prefix)
+    for key in keys:
         if layout.parse_landed_manifest_key(key) is None or key.count("/") != prefix.count("/") + 1:
             continue
         uri = store.uri(key)
@@ -150,7 +181,7 @@ def landed_deliveries(store: ObjectStore, site: str, hour: dt.datetime) -> list[
             raise LandingError(f"landed manifest {uri} {problem}; {_LANDING_HINT}")
         deliveries.append(LandedDelivery(key, manifest, duplicate=manifest.sha256 in seen))
         seen.add(manifest.sha256)
-    return deliveries
+    return deliveries, find_orphans(keys, [d.manifest for d in deliveries])
 
 
 def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
@@ -260,12 +291,22 @@ def _read_lines(
     only costs one hash-join lookup, on the driver-built broadcast table. A line that still
     finds no file makes :func:`build_hours` raise.
 
-    ``monotonically_increasing_id()`` is taken right at the scan, where a gzip file is one
-    split read in order, so it orders the lines of each file; ``row_number`` over it, by a
-    small integer file ID (one shuffle), gives the line numbers.
+    Line numbers need no shuffle (issue 9: the window over a file ID cost one shuffle and sort
+    of every line). A gzip file is unsplittable, and :data:`_BUILD_SQL_CONF` makes each file its
+    own input split, so the row position in the split, the low bits of
+    ``monotonically_increasing_id()`` taken right at the scan, is the 0-based line number. The
+    one-file splits are then coalesced (no shuffle) into ``_READ_TASKS_PER_CORE`` tasks per core:
+    a coalesced task reads its files one after the other, each still numbered by its own split.
+    :func:`_run_spark` checks that every file's numbers are exactly ``1..lines``.
+
+    File listing: over 32 paths, Spark lists them in a job of one task per path (1,200 tasks a
+    day, 5-12 s measured); ``parallelPartitionDiscovery.parallelism`` caps that job at one task
+    per core (on GCS the listing stays parallel).
     """
     by_tail = {m.data_key.split("/", 2)[2]: (i, m) for i, m in enumerate(files)}
-    reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in files])
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    with _sql_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.parallelism": str(cores)}):
+        reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in files])
     uris, ids = [], []
     for uri in reader.inputFiles():
         tail = "/".join(urllib.parse.unquote(uri).rstrip("/").split("/")[-3:])
@@ -276,7 +317,6 @@ def _read_lines(
         pa.table(
             {
                 "_uri": uris,
-                "_file_id": pa.array(ids, pa.int32()),
                 "site": [files[i].site for i in ids],
                 "hour_label": [layout.hour_label(files[i].hour) for i in ids],
                 "data_key": [files[i].data_key for i in ids],
@@ -288,14 +328,14 @@ def _read_lines(
         F.input_file_name().alias("_uri"),
         F.monotonically_increasing_id().alias("_mid"),
         F.col("value").alias("raw"),
-    )
-    in_file_order = Window.partitionBy("_file_id").orderBy("_mid")
+    ).coalesce(min(len(files), cores * _READ_TASKS_PER_CORE))
+    line_no = F.col("_mid").bitwiseAND(F.lit(_ROW_IN_SPLIT_MASK)) + F.lit(1)
     return scanned.join(F.broadcast(mapping), "_uri", "left").select(
         "site",
         "hour_label",
         "data_key",
         "file_sha256",
-        F.row_number().over(in_file_order).cast("bigint").alias("line_no"),
+        line_no.cast("bigint").alias("line_no"),
         "raw",
     )
 
@@ -328,6 +368,7 @@ def build_hours(
     *,
     attempt_id: str,
     visitor_key: str,
+    window: HourWindow | None = None,
     log: logging.Logger | None = None,
 ) -> list[HourManifest]:
     """Build the pageview Parquet files and hour manifests of ``hours`` (see module docstring).
@@ -339,6 +380,9 @@ def build_hours(
         attempt_id: this attempt's ID (``[A-Za-z0-9_-]+``); its outputs go under its own
             prefix, and any earlier output of the same attempt for these hours is replaced.
         visitor_key: the pseudonymization key (only its :func:`key_id` is recorded).
+        window: the partitions' hours (first partition .. now plus the allowed skew); an
+            out-of-window line outside it gets the reason ``before_first_partition`` or
+            ``future_timestamp`` (:mod:`bq_platform.lib.partition_window`). None: no bounds.
         log: a logger (``logging.Logger`` or Dagster's ``context.log``); progress is logged
             at INFO: hours, files, lines, rows and seconds.
 
@@ -365,9 +409,9 @@ def build_hours(
         return []
 
     sites = list_sites(store)
-    deliveries = {
-        (site, hour): landed_deliveries(store, site, hour) for hour in hour_list for site in sites
-    }
+    scanned = {(site, hour): landed_hour(store, site, hour) for hour in hour_list for site in sites}
+    deliveries = {k: ds for k, (ds, _) in scanned.items()}
+    orphans = {k: found for k, (_, found) in scanned.items()}
     every = [d for ds in deliveries.values() for d in ds]
     kept = [d.manifest for d in every if not d.duplicate]
     verify_landed(store, every)
@@ -389,7 +433,7 @@ def build_hours(
         for prefix in (full_prefix, sample_prefix, dead_prefix):
             store.delete_prefix(_hour_folder(prefix, labels[hour]))
 
-    per_file: dict[str, dict[str, int]] = {}
+    per_file: dict[str, dict[str, Any]] = {}
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
     if kept:
         _run_spark(
@@ -401,6 +445,7 @@ def build_hours(
             per_file,
             visitors,
             log,
+            window=window,
         )
 
     manifests = _hour_manifests(
@@ -413,6 +458,7 @@ def build_hours(
         attempt_id,
         key_ident,
         (full_prefix, sample_prefix, dead_prefix),
+        orphans=orphans,
     )
     for manifest in manifests:  # last: a manifest names only complete files
         store.write_text(layout.hour_manifest_key(manifest.hour), manifest.to_json())
@@ -428,9 +474,17 @@ def build_hours(
             totals["duplicates"],
             totals["out_of_window"],
             len(manifest.full_files),
-            f", {len(manifest.file_mismatches)} FILE MISMATCHES"
-            if manifest.file_mismatches
-            else "",
+            (
+                f", {len(manifest.file_mismatches)} FILE MISMATCHES"
+                if manifest.file_mismatches
+                else ""
+            )
+            + (
+                f", {len(manifest.orphan_files)} DATA FILES WITHOUT MANIFEST (incomplete): "
+                + ", ".join(manifest.orphan_files[:3])
+                if manifest.orphan_files
+                else ""
+            ),
         )
     log.info("build %s done in %.1f s", attempt_id, time.monotonic() - started)
     return manifests
@@ -442,16 +496,17 @@ def _run_spark(
     kept: Sequence[LandedManifest],
     visitor_key: str,
     prefixes: tuple[str, str, str],
-    per_file: dict[str, dict[str, int]],
+    per_file: dict[str, dict[str, Any]],
     visitors: dict[tuple[str, str], tuple[int, int]],
     log: logging.Logger,
+    window: HourWindow | None = None,
 ) -> None:
     """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
     full_prefix, sample_prefix, dead_prefix = prefixes
     t0 = time.monotonic()
     with _sql_conf(spark, _BUILD_SQL_CONF):
         lines = _read_lines(spark, store, kept)
-        rows = _slim(transform_lines(lines, visitor_key=visitor_key)).persist()
+        rows = _slim(transform_lines(lines, visitor_key=visitor_key, window=window)).persist()
         try:
             category = F.col("category")
             file_counts = (
@@ -472,6 +527,7 @@ def _run_spark(
                     F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias(
                         "sample_rows"
                     ),
+                    *_rejected_aggregates(),
                 )
                 .collect()
             )
@@ -491,7 +547,9 @@ def _run_spark(
             for r in file_counts:
                 values = r.asDict()
                 data_key = values.pop("data_key")
+                samples = {k: values.pop(k) for k in list(values) if k.startswith(_SAMPLE)}
                 per_file[data_key] = {k: int(v) for k, v in values.items()}
+                per_file[data_key][_SAMPLES] = {k: v for k, v in samples.items() if v is not None}
             pages = rows.where(category == CATEGORY_PAGE)
             for r in (
                 pages.groupBy("site", "hour_label")
@@ -526,6 +584,54 @@ def _run_spark(
             rows.unpersist()
 
 
+_REJECTED = "rejected:"  # per-file count of rejected lines of a reason: "rejected:malformed"
+_SAMPLE = "sample:"  # per-file raw sample line: "sample:malformed" (first), "sample:" (last)
+_SAMPLES = "samples"  # key of a file's samples (_SAMPLE name -> raw line) in ``per_file``
+#: Raw rejected lines a site-hour's manifest keeps (for the rejected-share check).
+MAX_REJECTED_SAMPLES = 3
+
+
+def _rejected_aggregates() -> list[Column]:
+    """Per-file aggregates for :mod:`bq_platform.lib.quality`, computed in the file-count pass.
+
+    For each rejection reason: its lines, and the first such line (by line number; raw text cut
+    to :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`); plus the file's last rejected line.
+    ``min_by``/``max_by`` keep one value per group, so an hour of garbage costs no more memory.
+    """
+    rejected = F.col("category") == CATEGORY_REJECTED
+    raw = F.substring(F.col("raw"), 1, MAX_SAMPLE_CHARS)
+    line_no = F.col("line_no")
+    columns = []
+    for code in lf.REJECT_REASONS:
+        of_code = rejected & (F.col("reason") == code)
+        columns.append(F.count_if(of_code).alias(_REJECTED + code))
+        columns.append(F.min_by(raw, F.when(of_code, line_no)).alias(_SAMPLE + code))
+    columns.append(F.max_by(raw, F.when(rejected, line_no)).alias(_SAMPLE))
+    return columns
+
+
+def _rejected_details(files: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``rejected_reasons`` and ``rejected_samples`` of a site-hour from its files' aggregates.
+
+    Samples: the first line of each reason, most frequent reason first, then the files' last
+    rejected lines, up to :data:`MAX_REJECTED_SAMPLES` distinct lines.
+    """
+    reasons: dict[str, int] = {}
+    for f in files:
+        for key, value in f.items():
+            if key.startswith(_REJECTED) and value:
+                reason = key[len(_REJECTED) :]
+                reasons[reason] = reasons.get(reason, 0) + int(value)
+    ranked = sorted(reasons, key=lambda r: (-reasons[r], r))
+    candidates = [f.get(_SAMPLES, {}).get(_SAMPLE + r) for r in ranked for f in files]
+    candidates += [f.get(_SAMPLES, {}).get(_SAMPLE) for f in files]
+    samples: list[str] = []
+    for line in candidates:
+        if line is not None and line not in samples and len(samples) < MAX_REJECTED_SAMPLES:
+            samples.append(line)
+    return {"rejected_reasons": reasons, "rejected_samples": tuple(samples)}
+
+
 def _write(frame: DataFrame, uri: str) -> None:
     frame.write.mode("append").partitionBy(HOUR_FOLDER_COLUMN).parquet(uri)
 
@@ -540,13 +646,19 @@ def _hour_manifests(
     hour_list: Sequence[dt.datetime],
     sites: Sequence[str],
     deliveries: Mapping[tuple[str, dt.datetime], Sequence[LandedDelivery]],
-    per_file: Mapping[str, Mapping[str, int]],
+    per_file: Mapping[str, Mapping[str, Any]],
     visitors: Mapping[tuple[str, str], tuple[int, int]],
     attempt_id: str,
     key_ident: str,
     prefixes: tuple[str, str, str],
+    orphans: Mapping[tuple[str, dt.datetime], Sequence[str]] | None = None,
 ) -> list[HourManifest]:
-    """Counts, file lists and fingerprints per hour; writes empty Parquet files where needed."""
+    """Counts, file lists and fingerprints per hour; writes empty Parquet files where needed.
+
+    ``orphans``: per (site, hour), data files no manifest names; recorded in the manifest and
+    part of the input fingerprint (as :attr:`~bq_platform.lib.landing_index.LandedHour.
+    input_fingerprint` computes it, so ``bq-platform run`` sees the hour as built).
+    """
     full_prefix, sample_prefix, dead_prefix = prefixes
     empty: bytes | None = None
     manifests = []
@@ -583,6 +695,7 @@ def _hour_manifests(
                     visitors=n_visitors,
                     sample_visitors=n_sampled,
                     files=len(files),
+                    **_rejected_details(files),
                 )
             )
         folders = {p: _hour_folder(p, label) for p in prefixes}
@@ -591,6 +704,8 @@ def _hour_manifests(
                 if empty is None:
                     empty = _empty_parquet()
                 store.write_bytes(f"{folders[prefix]}/part-00000-empty.parquet", empty)
+        hour_orphans = [k for site in sites for k in (orphans or {}).get((site, hour), ())]
+        checksums += [(layout.parse_landed_key(k)[0], orphan_checksum(k)) for k in hour_orphans]
         input_fp = jobids.input_fingerprint(checksums)
         manifests.append(
             HourManifest(
@@ -607,6 +722,7 @@ def _hour_manifests(
                 sample_rows=sum(c.sample_rows for c in counts),
                 counts=tuple(counts),
                 file_mismatches=tuple(mismatches),
+                orphan_files=tuple(hour_orphans),
             )
         )
     return manifests

@@ -1,6 +1,29 @@
-"""UTC hour arithmetic for partition windows (Dagster gives windows; we need their hours)."""
+"""The UTC hour: one type (an aware ``datetime`` on the hour) and one spelling.
+
+- :func:`hour_label` / :func:`parse_hour_label`: ``YYYY-MM-DDTHH`` (``1995-08-01T04``). The one
+  label every human-facing place uses: Dagster's hourly partition keys, landing and staging
+  folders (``hour=1995-08-01T04``), the CLI's ``--start/--end``, logs, check metadata.
+- :func:`hour_id`: ``YYYYMMDDHH`` (``1995080104``), only where a BigQuery identifier needs
+  letters and digits (stage table suffix, the partition part of a job ID).
+- :func:`hours_between` / :func:`day_hours`: turning a time window into its hours.
+
+Hourly partition keys were ``YYYY-MM-DD-HH:MM`` before issue 8; :func:`parse_hour` still
+accepts that spelling for ``BQ_PLATFORM_FIRST_HOUR``.
+"""
 
 import datetime as dt
+import re
+
+HOUR_LABEL_FMT = "%Y-%m-%dT%H"
+"""``YYYY-MM-DDTHH``: hour labels, and the fmt of the Dagster hourly partitions."""
+HOUR_ID_FMT = "%Y%m%d%H"
+"""``YYYYMMDDHH``: BigQuery identifiers only (table suffixes, job-ID partitions)."""
+LEGACY_PARTITION_FMT = "%Y-%m-%d-%H:%M"
+"""Hourly partition keys before issue 8 (still accepted by :func:`parse_hour`)."""
+HOURLY_PARTITION_FMT = HOUR_LABEL_FMT
+
+_HOUR_LABEL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
+_LEGACY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-\d{2}:00$")
 
 
 def to_utc(value: dt.datetime) -> dt.datetime:
@@ -34,19 +57,65 @@ def day_hours(day: dt.date) -> list[dt.datetime]:
     return hours_between(start, start + dt.timedelta(days=1))
 
 
-HOURLY_PARTITION_FMT = "%Y-%m-%d-%H:%M"
-"""Format of hourly partition keys (``1995-08-01-04:00``), shared with ``defs/partitions.py``."""
-
-
-def hour_partition_key(hour: dt.datetime) -> str:
-    """Dagster hourly partition key of a UTC hour."""
-    return to_utc(hour).strftime(HOURLY_PARTITION_FMT)
-
-
-def parse_hour_partition_key(key: str) -> dt.datetime:
-    """Inverse of :func:`hour_partition_key`.
+def hour_label(hour: dt.datetime) -> str:
+    """Format a UTC hour as ``YYYY-MM-DDTHH`` (partition key, folder name, CLI argument).
 
     Raises:
-        ValueError: if ``key`` is not ``YYYY-MM-DD-HH:MM``.
+        ValueError: if ``hour`` is naive, not UTC, or not on the hour.
     """
-    return dt.datetime.strptime(key, HOURLY_PARTITION_FMT).replace(tzinfo=dt.UTC)
+    if hour.tzinfo is None or hour.utcoffset() != dt.timedelta(0):
+        raise ValueError(f"hour must be timezone-aware UTC, got {hour!r}")
+    if hour.minute or hour.second or hour.microsecond:
+        raise ValueError(f"hour must be on the hour, got {hour.isoformat()}")
+    return hour.strftime(HOUR_LABEL_FMT)
+
+
+def parse_hour_label(label: str) -> dt.datetime:
+    """Inverse of :func:`hour_label`: ``'1995-08-01T04'`` -> 1995-08-01 04:00 UTC.
+
+    Raises:
+        ValueError: if ``label`` is not of the form ``YYYY-MM-DDTHH``.
+    """
+    if not _HOUR_LABEL_RE.match(label):
+        raise ValueError(f"not an hour label (YYYY-MM-DDTHH): {label!r}")
+    return dt.datetime.strptime(label, HOUR_LABEL_FMT).replace(tzinfo=dt.UTC)
+
+
+def parse_hour(value: str) -> dt.datetime:
+    """Parse ``YYYY-MM-DDTHH``, or the pre-issue-8 partition spelling ``YYYY-MM-DD-HH:00``.
+
+    Raises:
+        ValueError: if ``value`` is neither.
+    """
+    if _LEGACY_RE.match(value):
+        return dt.datetime.strptime(value, LEGACY_PARTITION_FMT).replace(tzinfo=dt.UTC)
+    try:
+        return parse_hour_label(value)
+    except ValueError:
+        raise ValueError(
+            f"not a UTC hour: {value!r} (use YYYY-MM-DDTHH, e.g. 1995-08-01T00)"
+        ) from None
+
+
+def hour_id(hour: dt.datetime) -> str:
+    """``YYYYMMDDHH`` of a UTC hour: the one spelling for BigQuery identifiers.
+
+    Raises:
+        ValueError: as :func:`hour_label`.
+    """
+    hour_label(hour)  # validates
+    return hour.strftime(HOUR_ID_FMT)
+
+
+def day_of_hour_label(label: str) -> dt.date:
+    """The UTC day of an hour label (``'1995-08-01T04'`` -> 1995-08-01).
+
+    Raises:
+        ValueError: if ``label`` is not an hour label.
+    """
+    return parse_hour_label(label).date()
+
+
+# Names used before issue 8; the partition key *is* the hour label now.
+hour_partition_key = hour_label
+parse_hour_partition_key = parse_hour_label

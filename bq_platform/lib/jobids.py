@@ -23,6 +23,8 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
+from bq_platform.lib.hours import hour_id
+
 JOB_ID_PREFIX = "bqp"
 FINGERPRINT_CHARS = 20
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
@@ -64,8 +66,8 @@ def day_fingerprint(hour_fingerprints: Mapping[str, str]) -> str:
 
 
 def hour_partition(hour: dt.datetime) -> str:
-    """``YYYYMMDDHH`` of a UTC hour."""
-    return hour.strftime("%Y%m%d%H")
+    """``YYYYMMDDHH`` of a UTC hour (:func:`bq_platform.lib.hours.hour_id`)."""
+    return hour_id(hour)
 
 
 def day_partition(day: dt.date) -> str:

@@ -1,23 +1,32 @@
 """The lookup-before-submit state machine that makes every warehouse job idempotent.
 
 For generation g = 0, 1, ...: build the job's deterministic ID (:mod:`bq_platform.lib.jobids`)
-and look it up:
+and look it up (:func:`decide`):
 
 - not found -> check the budget, submit; a 409 on insert means another run submitted it: adopt;
 - PENDING/RUNNING -> adopt it and wait;
-- DONE, succeeded -> skip, if the destination table still exists and its publish record
-  names this content (or no record exists yet: a crash between job and record); if the table
-  is gone (an expired stage table) or has since received other content, the old job no
-  longer describes it -> next generation;
+- DONE, succeeded -> skip, but only while the destination still holds what the job wrote: the
+  table was not created after the job ended (an expired or dropped stage table, a dropped
+  ``pageviews``: ``ensure_table`` recreates it empty), its rows (or the partition's) equal the
+  job's output rows, and its publish record names this content (or there is none yet: a crash
+  between job and record). Otherwise -> next generation. BigQuery keeps finished jobs for six
+  months, so without these checks an expired stage table would stay empty forever;
 - DONE, failed -> next generation.
 
-A job *we* submitted that fails raises :class:`JobFailedError`: resubmitting the same content
-in a loop would fail the same way. The rules come from DESIGN.md ("Deterministic job IDs").
+A job *we* submitted that fails with a transient reason (:data:`RETRYABLE_JOB_REASONS`:
+``backendError``, ``internalError``, ``rateLimitExceeded``; cloud.google.com/bigquery/docs/
+error-messages says to retry these with exponential backoff) is retried as the next
+generation after a backoff with jitter, at most :data:`MAX_JOB_RETRIES` times. Any other
+failure, ``quotaExceeded`` included (a daily quota does not refill in a retry window),
+raises :class:`JobFailedError`: resubmitting the same content would fail the same way. The
+rules come from DESIGN.md ("Deterministic job IDs").
 """
 
 import dataclasses
 import datetime as dt
 import logging
+import random
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -26,14 +35,23 @@ from bq_platform.lib.warehouse.base import (
     Job,
     JobConflictError,
     JobFailedError,
+    JobStatus,
     PublishRecord,
     Warehouse,
     split_decorator,
 )
 
 MAX_GENERATIONS = 50
+#: Job error reasons worth a new generation after a backoff (error-messages page).
+RETRYABLE_JOB_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded"})
+#: Transient failures of one job retried before the step fails.
+MAX_JOB_RETRIES = 3
+#: Backoff before the n-th retry: uniform in [0, min(BASE * 2**n, CAP)] seconds (full jitter).
+RETRY_BACKOFF_BASE_S = 2.0
+RETRY_BACKOFF_CAP_S = 60.0
 
 Action = Literal["submitted", "adopted", "skipped"]
+Verdict = Literal["submit", "wait", "skip", "next"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +78,102 @@ def _generation_of(job_id: str, default: int) -> int:
     return int(tail) if sep and tail.isdigit() else default
 
 
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What the state machine does with one generation of a job (see :func:`decide`).
+
+    Attributes:
+        job: the job of this generation.
+        generation: its generation.
+        verdict: ``submit`` (not found), ``wait`` (pending or running: adopt it), ``skip``
+            (done, and the destination still holds its output), ``next`` (failed, or its
+            output is gone or superseded: try the next generation).
+        status: the job's status when it exists.
+        reason: why, for logs and ``bq-platform plan``.
+    """
+
+    job: Job
+    generation: int
+    verdict: Verdict
+    status: JobStatus | None
+    reason: str
+
+
+def stale_reason(
+    warehouse: Warehouse, job: Job, status: JobStatus, fingerprint: str, partition: str
+) -> str | None:
+    """Why a succeeded job no longer describes its destination, or None if it still does.
+
+    Metadata only (``tables.get``, 0 bytes billed), plus the publish record.
+    """
+    table, _ = split_decorator(job.destination)
+    info = warehouse.table_info(job.destination)
+    if info is None:
+        return f"table {table} no longer exists (expired or dropped)"
+    if status.ended is not None and info.created > status.ended:
+        return (
+            f"table {table} was created again at {info.created:%Y-%m-%d %H:%M:%S} UTC, after "
+            "the job ended"
+        )
+    if status.output_rows is not None and info.rows != status.output_rows:
+        return f"{job.destination} holds {info.rows} rows, the job wrote {status.output_rows}"
+    record = warehouse.read_publish_record(table, partition)
+    if record is not None and record.job_id != job.job_id and record.fingerprint != fingerprint:
+        return f"{table}${partition} holds {record.fingerprint[:12]} from {record.job_id} since"
+    return None
+
+
+def decide(
+    warehouse: Warehouse,
+    make_job: Callable[[int], Job],
+    generation: int,
+    *,
+    fingerprint: str,
+    partition: str,
+) -> Decision:
+    """Look generation ``generation`` of a job up and decide what to do with it (read-only).
+
+    Reads ``jobs.get``, table metadata and the publish record; submits nothing, so
+    ``bq-platform plan`` uses it as is.
+    """
+    job = make_job(generation)
+    status = warehouse.get_job(job.job_id)
+    if status is None:
+        return Decision(job, generation, "submit", None, "not found: submit")
+    if not status.done:
+        return Decision(job, generation, "wait", status, f"{status.state}: adopt and wait")
+    if not status.succeeded:
+        return Decision(job, generation, "next", status, f"failed earlier ({status.error_reason})")
+    stale = stale_reason(warehouse, job, status, fingerprint, partition)
+    if stale is not None:
+        return Decision(job, generation, "next", status, f"succeeded before, but {stale}")
+    return Decision(job, generation, "skip", status, "already done for this content")
+
+
+def first_decision(
+    warehouse: Warehouse, make_job: Callable[[int], Job], *, fingerprint: str, partition: str
+) -> Decision:
+    """The first generation whose verdict is not ``next`` (what a run would do now).
+
+    Raises:
+        RuntimeError: if :data:`MAX_GENERATIONS` generations are all spent.
+    """
+    for generation in range(MAX_GENERATIONS):
+        decision = decide(
+            warehouse, make_job, generation, fingerprint=fingerprint, partition=partition
+        )
+        if decision.verdict != "next":
+            return decision
+    raise _exhausted(make_job, partition)
+
+
+def _exhausted(make_job: Callable[[int], Job], partition: str) -> RuntimeError:
+    return RuntimeError(
+        f"{MAX_GENERATIONS} generations of the job for {partition} failed; inspect the jobs "
+        f"with prefix {make_job(0).job_id.rsplit('_g', 1)[0]} in the warehouse"
+    )
+
+
 def run_idempotent_job(
     warehouse: Warehouse,
     make_job: Callable[[int], Job],
@@ -69,6 +183,7 @@ def run_idempotent_job(
     budget: JobBudget | None = None,
     wait_timeout_s: float = 3600.0,
     log: logging.Logger | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> JobOutcome:
     """Make sure content ``fingerprint`` is in ``make_job(g).destination``; run it at most once.
 
@@ -81,94 +196,87 @@ def run_idempotent_job(
         budget: per-table daily budget checked before every submission.
         wait_timeout_s: how long to wait for a running job, seconds.
         log: logger for progress lines.
+        sleep: how to wait between retries of a transient job failure (tests pass a fake).
 
     Returns:
         The :class:`JobOutcome`.
 
     Raises:
-        JobFailedError: if the job this call submitted finished with an error.
+        JobFailedError: if the job this call submitted failed for a non-transient reason, or
+            for a transient one :data:`MAX_JOB_RETRIES` times.
         QuotaBudgetExceededError: if the budget refuses the submission.
-        RuntimeError: if :data:`MAX_GENERATIONS` generations all failed.
+        RuleViolation: if BigQuery would refuse the job (nothing was submitted).
+        RuntimeError: if :data:`MAX_GENERATIONS` generations are spent.
     """
     log = log or logging.getLogger(__name__)
+    retries = 0
     for generation in range(MAX_GENERATIONS):
-        job = make_job(generation)
-        table, _ = split_decorator(job.destination)
-        status = warehouse.get_job(job.job_id)
+        decision = decide(
+            warehouse, make_job, generation, fingerprint=fingerprint, partition=partition
+        )
+        job, status = decision.job, decision.status
+        if decision.verdict == "next":
+            log.info(
+                "job %s: %s; trying generation %d", job.job_id, decision.reason, generation + 1
+            )
+            continue
         action: Action
-        if status is None:
+        if decision.verdict == "submit":
             if budget is not None:
                 budget.check(warehouse, job.destination)
             try:
                 status = warehouse.submit_job(job)
                 action = "submitted"
-                log.info("submitted job %s -> %s", job.job_id, job.destination)
+                log.debug("submitted job %s -> %s", job.job_id, job.destination)
             except JobConflictError:
                 log.info("job %s exists already (409): adopting it", job.job_id)
-                found = warehouse.get_job(job.job_id)
-                if found is None:
+                status = warehouse.get_job(job.job_id)
+                if status is None:
                     raise
-                status, action = found, "adopted"
-        elif not status.done:
+                action = "adopted"
+        elif decision.verdict == "wait":
             action = "adopted"
-            log.info("job %s is %s: adopting it and waiting", job.job_id, status.state)
+            log.info("job %s is %s: adopting it and waiting", job.job_id, decision.reason)
         else:
             action = "skipped"
-
+        assert status is not None
         if not status.done:
             status = warehouse.wait_job(job.job_id, timeout_s=wait_timeout_s)
-
         if not status.succeeded:
-            if action == "submitted":
-                raise JobFailedError(
-                    f"job {job.job_id} -> {job.destination} failed: {status.error_reason}: "
-                    f"{status.error_message}. The destination is unchanged; fix the cause and "
-                    "re-run (the next attempt uses the next generation of this job ID).",
-                    status,
+            if action != "submitted":
+                log.warning("adopted job %s failed (%s)", job.job_id, status.error_reason)
+                continue
+            if status.error_reason in RETRYABLE_JOB_REASONS and retries < MAX_JOB_RETRIES:
+                retries += 1
+                delay = random.uniform(
+                    0, min(RETRY_BACKOFF_BASE_S * 2**retries, RETRY_BACKOFF_CAP_S)
                 )
-            log.warning(
-                "job %s had failed earlier (%s); trying generation %d",
-                job.job_id,
-                status.error_reason,
-                generation + 1,
+                log.warning(
+                    "job %s failed with %s (transient): retry %d of %d as generation %d in %.1f s",
+                    job.job_id,
+                    status.error_reason,
+                    retries,
+                    MAX_JOB_RETRIES,
+                    generation + 1,
+                    delay,
+                )
+                sleep(delay)
+                continue
+            raise JobFailedError(
+                f"job {job.job_id} -> {job.destination} failed: {status.error_reason}: "
+                f"{status.error_message}. The destination is unchanged; fix the cause and "
+                "re-run (the next attempt uses the next generation of this job ID).",
+                status,
             )
-            continue
-
-        if action == "skipped" and not warehouse.table_exists(table):
-            # The job wrote it, but the table is gone since (a stage table expired, or was
-            # dropped by hand): the old job no longer describes the destination.
-            log.info(
-                "job %s succeeded before, but table %s no longer exists: running generation %d",
-                job.job_id,
-                table,
-                generation + 1,
-            )
-            continue
+        table, _ = split_decorator(job.destination)
         record = warehouse.read_publish_record(table, partition)
-        if action == "skipped" and record is not None and record.job_id != job.job_id:
-            if record.fingerprint == fingerprint:
-                # Same content, published by another generation's job: nothing to do.
-                return JobOutcome(
-                    record.job_id,
-                    "skipped",
-                    _generation_of(record.job_id, generation),
-                    record.rows,
-                )
-            log.info(
-                "job %s succeeded before, but %s$%s now holds %s from %s: running generation %d",
-                job.job_id,
-                table,
-                partition,
-                record.fingerprint[:12],
-                record.job_id,
-                generation + 1,
-            )
-            continue
-        rows = (
-            status.output_rows
-            if status.output_rows is not None
-            else (record.rows if record is not None else None)
-        )
+        if action == "skipped" and record is not None and record.fingerprint == fingerprint:
+            if record.job_id != job.job_id:  # same content, published by a later generation
+                gen = _generation_of(record.job_id, generation)
+                return JobOutcome(record.job_id, "skipped", gen, record.rows)
+        rows = status.output_rows
+        if rows is None and record is not None and record.fingerprint == fingerprint:
+            rows = record.rows
         if record is None or record.job_id != job.job_id:
             warehouse.write_publish_record(
                 PublishRecord(
@@ -181,9 +289,6 @@ def run_idempotent_job(
                 )
             )
         if action == "skipped":
-            log.info("job %s already done for this content: skipped", job.job_id)
+            log.debug("job %s already done for this content: skipped", job.job_id)
         return JobOutcome(job.job_id, action, generation, rows)
-    raise RuntimeError(
-        f"{MAX_GENERATIONS} generations of the job for {partition} failed; inspect the jobs "
-        f"with prefix {make_job(0).job_id.rsplit('_g', 1)[0]} in the warehouse"
-    )
+    raise _exhausted(make_job, partition)

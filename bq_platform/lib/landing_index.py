@@ -4,14 +4,26 @@ Used by the observable source (data versions), the landing sensor (what changed)
 ``bq-platform run`` (what is left to process). It reads every landed manifest once: one
 listing plus one small read per file. (A production landing zone with years of data should be
 scanned by recent hour prefixes; see docs/production.md.)
+
+A data file in an hour folder that no manifest of that folder names is an *orphan*: its
+delivery is incomplete (the manifest is written last, so for a moment every delivery looks like
+this; a file whose manifest never comes is the real fault, issue 7: a day was published with
+39,356 of 43,183 lines). Orphans are listed per hour and change the hour's input fingerprint,
+so the hour is built again, recorded incomplete and held from publishing until the manifest
+arrives (or the file is removed).
 """
 
 import dataclasses
 import datetime as dt
+from collections.abc import Iterable
 
 from bq_platform.lib.hours import hour_partition_key
 from bq_platform.lib.jobids import input_fingerprint
-from bq_platform.lib.layout import LANDING_PREFIX, parse_landed_manifest_key
+from bq_platform.lib.layout import (
+    LANDING_PREFIX,
+    is_landed_manifest_name,
+    parse_landed_key,
+)
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 
@@ -23,10 +35,13 @@ class LandedHour:
     Attributes:
         hour: the UTC hour.
         manifests: the landed manifests of the hour, sorted by key.
+        orphans: keys of the hour's data files that no manifest names (incomplete
+            deliveries), sorted.
     """
 
     hour: dt.datetime
     manifests: tuple[LandedManifest, ...]
+    orphans: tuple[str, ...] = ()
 
     @property
     def partition_key(self) -> str:
@@ -47,8 +62,42 @@ class LandedHour:
 
     @property
     def input_fingerprint(self) -> str:
-        """Fingerprint of the hour's content: the set of (site, checksum) of its files."""
-        return input_fingerprint((m.site, m.sha256) for m in self.manifests)
+        """Fingerprint of the hour's content: the set of (site, checksum) of its files, plus
+        its orphans (see :func:`hour_input_fingerprint`)."""
+        return hour_input_fingerprint(self.manifests, self.orphans)
+
+
+def orphan_checksum(key: str) -> str:
+    """What an orphan data file contributes to its hour's input fingerprint (its key)."""
+    return f"orphan:{key}"
+
+
+def hour_input_fingerprint(manifests: Iterable[LandedManifest], orphans: Iterable[str]) -> str:
+    """Input fingerprint of one hour: its files' ``(site, sha256)`` and its orphans' keys.
+
+    Without orphans it is :func:`bq_platform.lib.jobids.input_fingerprint` of the manifests,
+    as before orphans were detected. The build records the same value in the hour manifest.
+    """
+    pairs = [(m.site, m.sha256) for m in manifests]
+    for key in orphans:
+        parsed = parse_landed_key(key)
+        pairs.append((parsed[0] if parsed else "", orphan_checksum(key)))
+    return input_fingerprint(pairs)
+
+
+def find_orphans(keys: Iterable[str], manifests: Iterable[LandedManifest]) -> list[str]:
+    """Data keys among ``keys`` (objects of landing hour folders) that no manifest names.
+
+    A manifest names a data file of its own folder only (the build refuses others), so a
+    file is an orphan when no manifest of its folder has it as ``data_key``.
+    """
+    named = {m.data_key for m in manifests}
+    orphans = []
+    for key in keys:
+        parsed = parse_landed_key(key)
+        if parsed is not None and not is_landed_manifest_name(parsed[2]) and key not in named:
+            orphans.append(key)
+    return sorted(orphans)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,22 +119,29 @@ class LandingIndex:
 
 
 def scan_landing(store: ObjectStore) -> LandingIndex:
-    """Read every landed manifest of the store.
+    """Read every landed manifest of the store and find the orphan data files.
 
     Raises:
         ManifestError: naming the object if a manifest is unreadable.
     """
     grouped: dict[dt.datetime, list[LandedManifest]] = {}
+    data_keys: dict[dt.datetime, list[str]] = {}
     for key in store.list_keys(LANDING_PREFIX):
-        parsed = parse_landed_manifest_key(key)
+        parsed = parse_landed_key(key)
         if parsed is None:
             continue
-        _site, hour = parsed
+        _site, hour, name = parsed
+        if not is_landed_manifest_name(name):
+            data_keys.setdefault(hour, []).append(key)
+            continue
         manifest = LandedManifest.from_json(store.read_bytes(key), where=store.uri(key))
         grouped.setdefault(hour, []).append(manifest)
-    return LandingIndex(
-        {
-            hour: LandedHour(hour, tuple(sorted(ms, key=lambda m: m.data_key)))
-            for hour, ms in grouped.items()
-        }
-    )
+    by_hour = {}
+    for hour in sorted(set(grouped) | set(data_keys)):
+        manifests = grouped.get(hour, [])
+        by_hour[hour] = LandedHour(
+            hour,
+            tuple(sorted(manifests, key=lambda m: m.data_key)),
+            tuple(find_orphans(data_keys.get(hour, []), manifests)),
+        )
+    return LandingIndex(by_hour)

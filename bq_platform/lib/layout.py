@@ -7,18 +7,25 @@ production adapters agree on it. Keys are relative, ``/``-separated, and never s
 
     landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.log.gz            landed file
     landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.manifest.json     written last
+    landing/_registry/site=<site>/<source, URL-quoted>.json     what was landed of a source
     staging/pageviews/attempt=<attempt_id>/full/hour=<YYYY-MM-DDTHH>/part-*.parquet   one attempt
     staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
     deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
     staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
+    staging/pageviews/_ATTEMPTS_UNNAMED.json     when attempt cleanup first saw each unnamed one
 
-The hour is the UTC hour, formatted ``YYYY-MM-DDTHH`` (see :func:`hour_label`).
+The hour is the UTC hour, formatted ``YYYY-MM-DDTHH`` (:func:`bq_platform.lib.hours.hour_label`,
+re-exported here; the same label is the Dagster hourly partition key).
 """
 
 import datetime as dt
 import re
+import urllib.parse
+
+from bq_platform.lib.hours import hour_label, parse_hour_label
 
 LANDING_PREFIX = "landing/pageviews"
+REGISTRY_PREFIX = "landing/_registry"
 STAGING_PREFIX = "staging/pageviews"
 DEADLETTER_PREFIX = "deadletter/pageviews"
 
@@ -27,7 +34,6 @@ LANDED_MANIFEST_SUFFIX = ".manifest.json"
 HOUR_MANIFEST_NAME = "_MANIFEST.json"
 
 _SITE_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{0,99}$")
-_HOUR_LABEL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
 
 
 def validate_site(site: str) -> str:
@@ -43,30 +49,6 @@ def validate_site(site: str) -> str:
             "(for example 'epa.gov')"
         )
     return site
-
-
-def hour_label(hour: dt.datetime) -> str:
-    """Format a UTC hour as ``YYYY-MM-DDTHH`` (the partition folder name).
-
-    Raises:
-        ValueError: if ``hour`` is naive, not UTC, or not on the hour.
-    """
-    if hour.tzinfo is None or hour.utcoffset() != dt.timedelta(0):
-        raise ValueError(f"hour must be timezone-aware UTC, got {hour!r}")
-    if hour.minute or hour.second or hour.microsecond:
-        raise ValueError(f"hour must be on the hour, got {hour.isoformat()}")
-    return hour.strftime("%Y-%m-%dT%H")
-
-
-def parse_hour_label(label: str) -> dt.datetime:
-    """Inverse of :func:`hour_label`: ``'1995-08-01T04'`` -> 1995-08-01 04:00 UTC.
-
-    Raises:
-        ValueError: if ``label`` is not of the form ``YYYY-MM-DDTHH``.
-    """
-    if not _HOUR_LABEL_RE.match(label):
-        raise ValueError(f"not an hour label (YYYY-MM-DDTHH): {label!r}")
-    return dt.datetime.strptime(label, "%Y-%m-%dT%H").replace(tzinfo=dt.UTC)
 
 
 def landing_hour_prefix(site: str, hour: dt.datetime) -> str:
@@ -106,6 +88,42 @@ def parse_landed_manifest_key(key: str) -> tuple[str, dt.datetime] | None:
         return None
 
 
+_LANDED_KEY_RE = re.compile(
+    r"^"
+    + re.escape(LANDING_PREFIX)
+    + r"/site=(?P<site>[^/]+)/hour=(?P<hour>[^/]+)/(?P<name>[^/]+)$"
+)
+
+
+def parse_landed_key(key: str) -> tuple[str, dt.datetime, str] | None:
+    """``(site, hour, file name)`` of any object directly in a landing hour folder, else None."""
+    match = _LANDED_KEY_RE.match(key)
+    if not match:
+        return None
+    try:
+        return match["site"], parse_hour_label(match["hour"]), match["name"]
+    except ValueError:
+        return None
+
+
+def is_landed_manifest_name(name: str) -> bool:
+    """True for the file name of a landed manifest (``*.manifest.json``)."""
+    return name.endswith(LANDED_MANIFEST_SUFFIX)
+
+
+def landing_registry_key(site: str, source: str) -> str:
+    """Key of the landing registry entry of one source file of a site.
+
+    Raises:
+        ValueError: if the site is invalid or the source name is empty, ``.`` or ``..``.
+    """
+    if source in ("", ".", ".."):
+        raise ValueError(f"invalid source name {source!r}")
+    return (
+        f"{REGISTRY_PREFIX}/site={validate_site(site)}/{urllib.parse.quote(source, safe='')}.json"
+    )
+
+
 def attempt_prefix(attempt_id: str) -> str:
     """Prefix under which one build attempt writes all its Parquet files."""
     if not re.match(r"^[A-Za-z0-9_\-]+$", attempt_id):
@@ -122,3 +140,42 @@ def deadletter_attempt_prefix(attempt_id: str) -> str:
 def hour_manifest_key(hour: dt.datetime) -> str:
     """Key of the manifest that names the Parquet files that count for one UTC hour."""
     return f"{STAGING_PREFIX}/hour={hour_label(hour)}/{HOUR_MANIFEST_NAME}"
+
+
+#: Folder-name prefixes of one attempt and of one hour inside the staging and dead-letter trees.
+ATTEMPT_FOLDER = "attempt="
+HOUR_FOLDER = "hour="
+#: Bookkeeping of :mod:`bq_platform.lib.retention`: first time each unnamed attempt was seen.
+ATTEMPT_REGISTRY_KEY = f"{STAGING_PREFIX}/_ATTEMPTS_UNNAMED.json"
+
+
+def attempt_hour_prefixes(attempt_id: str, hour: dt.datetime) -> tuple[str, str, str]:
+    """The three folders one attempt wrote for one UTC hour: full, sample and dead letters."""
+    label = hour_label(hour)
+    return (
+        f"{attempt_prefix(attempt_id)}/full/{HOUR_FOLDER}{label}",
+        f"{attempt_prefix(attempt_id)}/sample/{HOUR_FOLDER}{label}",
+        f"{deadletter_attempt_prefix(attempt_id)}/{HOUR_FOLDER}{label}",
+    )
+
+
+def parse_attempt_folder(name: str) -> str | None:
+    """``'attempt=<id>'`` -> ``'<id>'``; None for any other folder name or an invalid id."""
+    if not name.startswith(ATTEMPT_FOLDER):
+        return None
+    attempt_id = name[len(ATTEMPT_FOLDER) :]
+    try:
+        attempt_prefix(attempt_id)
+    except ValueError:
+        return None
+    return attempt_id
+
+
+def parse_hour_folder(name: str) -> dt.datetime | None:
+    """``'hour=YYYY-MM-DDTHH'`` -> that UTC hour; None for any other folder name."""
+    if not name.startswith(HOUR_FOLDER):
+        return None
+    try:
+        return parse_hour_label(name[len(HOUR_FOLDER) :])
+    except ValueError:
+        return None

@@ -1,17 +1,20 @@
 """Common Log Format and Combined Log Format: patterns, reason codes, a Python reference parser.
 
 One access-log line (Apache ``LogFormat "%h %l %u %t \\"%r\\" %>s %b"`` for Common, plus
-``\\"%{Referer}i\\" \\"%{User-agent}i\\"`` for Combined; nginx's ``combined`` is the same)::
+``\\"%{Referer}i\\" \\"%{User-agent}i\\"`` for Combined; nginx's ``combined`` is the same;
+Apache's ``vhost_combined`` puts ``%v:%p`` in front)::
 
-    host ident authuser [dd/MMM/yyyy:HH:mm:ss +zzzz] "request" status bytes ["referrer" "agent"]
+    [vhost:port] host ident authuser [dd/MMM/yyyy:HH:mm:ss +zzzz] "request" status bytes
+        ["referrer" "agent"] [extra fields...] [blanks]
 
 The Spark transform (:mod:`bq_platform.lib.transform`) and the lander
 (:mod:`bq_platform.lib.landing`, which splits files by the hour of
 :func:`parse_clf_timestamp`) must read a line the same way, so both use the patterns defined
 here: :data:`LINE_PATTERN` etc. are written in the regex dialect common to Python ``re`` (with
-``re.ASCII | re.DOTALL``, ``fullmatch``) and Java ``java.util.regex`` (through
-:func:`java_regex`, which adds ``(?s)^(?: ... )\\z``). :func:`parse_line` is the Python reference
-of the Spark parse; the tests check that both agree line by line on the bundled real logs.
+``re.ASCII | re.DOTALL``, ``fullmatch``; possessive quantifiers need Python 3.11) and Java
+``java.util.regex`` (through :func:`java_regex`, which adds ``(?s)^(?: ... )\\z``).
+:func:`parse_line` is the Python reference of the Spark parse; the tests check that both agree
+line by line on the bundled real logs and on a table of real-server variants.
 
 Rules (each one is what real logs need):
 
@@ -20,10 +23,21 @@ Rules (each one is what real logs need):
   ``bytes.decode("utf-8", "replace")`` and Spark's ``make_valid_utf8`` both do). Other control
   characters stay as they are (a real EPA URL contains DEL). A text containing ``\\n`` is not
   one line: it is ``malformed`` (the Spark parse uses ``\\n`` as its internal separator).
-- The request is matched greedily up to the *last* ``" <3 digits> <digits or ->`` that ends
-  the line (or is followed by the Combined fields), so unescaped quotes inside URLs work.
-- In Combined lines the referrer is the shortest quoted field that fits, the user agent the
-  rest (agents contain quotes and spaces far more often than referrers do).
+- DESIGN.md ("Formats"): a line is rejected only when no reading of it is sound, and a field
+  never swallows the next one. So each quoted field is first read *strictly*, as Apache
+  writes it: ``\\"`` and ``\\\\`` are escapes and the first unescaped quote ends the field
+  (a backslash-escaped quote never does). Only when no strict reading of the whole line exists
+  are unescaped quotes allowed inside a field (old servers): the request is then matched
+  greedily up to the *last* ``" <3 digits> <digits or ->`` that a sound rest follows (so quotes
+  inside URLs work), the referrer and the user agent each as the shortest quoted field that
+  fits. The escapes are undone in the request, referrer and user agent (:func:`unescape`).
+- After the bytes (or the user agent): any number of extra fields (Apache ``%D``/``%T``, nginx
+  ``$request_time``, a quoted ``"$http_x_forwarded_for"``), each a strictly quoted field or a
+  token without blanks or quotes, then any trailing blanks (spaces, tabs). The extra fields are
+  kept as written in ``extra_fields``; the pipeline stores them in the column of that name.
+- ``vhost_combined``: a first token ``host:port`` before the usual three is the virtual host
+  (``vhost``); a line with four tokens before the timestamp whose first is not ``host:port`` is
+  not a log line.
 - The request is ``METHOD target [HTTP/x.y]``: the target is everything between the method and
   a trailing `` HTTP/x.y`` token, or to the end when there is none (HTTP/0.9-style two-token
   lines, and the NASA logs, whose protocol token was dropped). URLs with spaces work. A request
@@ -43,7 +57,8 @@ Reason codes, in the order they are decided (the first that applies wins):
 - :data:`REASON_BAD_BYTES`: the line has the CLF shape but bytes is neither ``-`` nor a
   64-bit decimal.
 - :data:`REASON_MALFORMED`: anything else that is not a CLF/Combined line: garbage, a line
-  truncated mid-field, a missing bracket or quote, an embedded ``\\n``.
+  truncated mid-field, a missing bracket or quote, an extra field that is neither a quoted field
+  nor a token, an embedded ``\\n``.
 - :data:`REASON_BAD_TIMESTAMP`: well-formed, but the timestamp cannot be read (see above).
 - :data:`REASON_OUT_OF_WINDOW`: well-formed with a readable timestamp outside the partition's
   UTC hour (assigned by the transform, which knows the hour; never by :func:`parse_line`).
@@ -81,20 +96,49 @@ REASONS: dict[str, str] = {
     REASON_OUT_OF_WINDOW: "readable timestamp outside the partition's UTC hour",
 }
 
-#: A CLF or Combined line. Groups: 1 host, 2 ident, 3 authuser, 4 timestamp text, 5 request,
-#: 6 status, 7 bytes, 8 referrer, 9 user agent (8 and 9 unmatched for Common lines).
-LINE_PATTERN = r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*)" (\d{3}) (\d+|-)(?: "(.*?)" "(.*)")?'
+#: Inside a quoted field as Apache writes it (``ap_escape_logitem``): ``\"`` and ``\\`` are
+#: escapes, so a quote after a backslash never ends the field. Possessive: a field's end is its
+#: first unescaped quote, nothing to backtrack into.
+STRICT_FIELD = r'[^"\\]*+(?:\\.[^"\\]*+)*+'
+#: A field with unescaped quotes inside (old servers, the NASA/EPA logs), longest first; still
+#: escape-aware, so ``\"`` never ends it.
+LOOSE_FIELD_LONGEST = r"[^\\]*(?:\\.[^\\]*)*"
+#: The same, shortest first (a loose referrer or user agent never swallows the next field).
+LOOSE_FIELD_SHORTEST = r"[^\\]*?(?:\\.[^\\]*?)*?"
+#: One field after the user agent (Apache ``%D``/``%T``, nginx ``$request_time``, a quoted
+#: ``"$http_x_forwarded_for"``): a strictly quoted field or a token without blanks or quotes.
+EXTRA_FIELD = rf'(?:"{STRICT_FIELD}"|[^\s"]++)'
+#: A CLF, Combined or ``vhost_combined`` line with optional extra fields and trailing blanks.
+#: Groups: 1 vhost (``host:port``, unmatched without), 2 host, 3 ident, 4 authuser,
+#: 5 timestamp text, 6 request, 7 status, 8 bytes, 9 referrer, 10 user agent (9 and 10 unmatched
+#: for Common lines), 11 the extra fields as written, blanks between them kept (unmatched if
+#: none). Each quoted field is read strictly first (escapes, no inner quote) and loosely only
+#: when no strict reading of the whole line exists.
+LINE_PATTERN = (
+    r"(?:(\S+:\d+) )?(\S+) (\S+) (\S+) \[([^\]]*)\] "
+    rf'"({STRICT_FIELD}|{LOOSE_FIELD_LONGEST})" (\d{{3}}) (\d+|-)'
+    rf'(?: "({STRICT_FIELD}|{LOOSE_FIELD_SHORTEST})" "({STRICT_FIELD}|{LOOSE_FIELD_SHORTEST})")?'
+    rf"(?:[ \t]+({EXTRA_FIELD}(?:[ \t]+{EXTRA_FIELD})*+))?[ \t]*"
+)
+#: Number of groups of :data:`LINE_PATTERN`.
+LINE_GROUPS = 11
 #: The CLF shape with any status and bytes tokens, request matched lazily: only used to tell
 #: ``bad_status``/``bad_bytes`` from ``malformed`` for lines :data:`LINE_PATTERN` rejects.
-LOOSE_LINE_PATTERN = r'(\S+) (\S+) (\S+) \[([^\]]*)\] "(.*?)" (\S+) (\S+)(?: "(.*?)" "(.*)")?'
+#: Groups: 1 request, 2 status token, 3 bytes token.
+LOOSE_LINE_PATTERN = r'(?:\S+:\d+ )?\S+ \S+ \S+ \[[^\]]*\] "(.*?)" (\S+) (\S+)(?:[ \t].*)?'
+#: Number of groups of :data:`LOOSE_LINE_PATTERN`.
+LOOSE_LINE_GROUPS = 3
+#: An escape inside a quoted field (``\"`` or ``\\``); replaced by group 1, left to right.
+ESCAPE_PATTERN = r'\\(["\\])'
 #: ``METHOD target [HTTP/x.y]``. Groups: 1 method, 2 target, 3 protocol (unmatched if absent).
 REQUEST_PATTERN = r"(\S+) (.+?)(?: (HTTP/[0-9]+(?:\.[0-9]+)?))?"
 #: The timestamp text inside the brackets.
 TIMESTAMP_PATTERN = r"(\d{2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})"
 #: Spark datetime pattern equivalent to :data:`TIMESTAMP_PATTERN` (``Z`` reads ``+hhmm``).
 SPARK_TIMESTAMP_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
-#: Prefix of a line up to the timestamp; the lander reads the hour of malformed lines with it.
-LINE_PREFIX_PATTERN = r"(\S+) (\S+) (\S+) \[([^\]]*)\]"
+#: Prefix of a line up to the timestamp (``vhost_combined``'s ``host:port`` too); the lander
+#: reads the hour of malformed lines with it. Group 4 is the timestamp text.
+LINE_PREFIX_PATTERN = r"(?:\S+:\d+ )?(\S+) (\S+) (\S+) \[([^\]]*)\]"
 
 #: Characters that count as blank for :data:`REASON_EMPTY_LINE`.
 BLANK_CHARS = " \t\x0b\x0c\r"
@@ -121,6 +165,7 @@ LOOSE_LINE_RE = re.compile(LOOSE_LINE_PATTERN, _FLAGS)
 REQUEST_RE = re.compile(REQUEST_PATTERN, _FLAGS)
 TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN, _FLAGS)
 _PREFIX_RE = re.compile(LINE_PREFIX_PATTERN, _FLAGS)
+_ESCAPE_RE = re.compile(ESCAPE_PATTERN, _FLAGS)
 _STATUS_RE = re.compile(r"\d{3}", _FLAGS)
 _BYTES_RE = re.compile(r"\d+|-", _FLAGS)
 
@@ -248,6 +293,12 @@ class ParsedLine:
         parsed_request: its parts, None if it is not ``METHOD target``.
         status: HTTP status; response_bytes: None for ``-``.
         referrer, user_agent: Combined fields; None for Common lines, ``-`` or empty.
+        vhost: ``host:port`` of a ``vhost_combined`` line, else None.
+        extra_fields: what follows the last standard field (``%D``, ``$request_time``,
+            ``"$http_x_forwarded_for"``...) as written, outer blanks trimmed; None if nothing.
+
+    ``request``, ``referrer`` and ``user_agent`` are unescaped (``\\"`` -> ``"``,
+    ``\\\\`` -> ``\\``); ``extra_fields`` is kept as written.
     """
 
     reason: str | None
@@ -261,6 +312,18 @@ class ParsedLine:
     response_bytes: int | None = None
     referrer: str | None = None
     user_agent: str | None = None
+    vhost: str | None = None
+    extra_fields: str | None = None
+
+
+def unescape(field: str) -> str:
+    """Undo Apache's escapes in a quoted field: ``\\"`` -> ``"``, ``\\\\`` -> ``\\``.
+
+    One left-to-right pass (:data:`ESCAPE_PATTERN`), the same as Spark's ``regexp_replace``;
+    other backslashes (``\\x22``, ``\\n``, a lone ``\\``) stay as they are. Apache writes
+    ``"`` and ``\\`` in ``%r`` and ``%{...}i`` this way (mod_log_config, "Format Notes").
+    """
+    return _ESCAPE_RE.sub(r"\1", field) if "\\" in field else field
 
 
 def _optional_field(value: str | None) -> str | None:
@@ -273,9 +336,9 @@ def _diagnose(line: str) -> str:
     loose = LOOSE_LINE_RE.fullmatch(line)
     if loose is None or NEWLINE in line:
         return REASON_MALFORMED
-    if not _STATUS_RE.fullmatch(loose.group(6)):
+    if not _STATUS_RE.fullmatch(loose.group(2)):
         return REASON_BAD_STATUS
-    if not _BYTES_RE.fullmatch(loose.group(7)):
+    if not _BYTES_RE.fullmatch(loose.group(3)):
         return REASON_BAD_BYTES
     return REASON_MALFORMED
 
@@ -293,7 +356,10 @@ def parse_line(line: str) -> ParsedLine:
     match = LINE_RE.fullmatch(line)
     if match is None or NEWLINE in line:
         return ParsedLine(reason=_diagnose(line))
-    host, ident, authuser, ts_text, request, status, nbytes, referrer, agent = match.groups()
+    vhost, host, ident, authuser, ts_text, raw_request, status, nbytes, referrer, agent, extra = (
+        match.groups()
+    )
+    request = unescape(raw_request)
     response_bytes = None if nbytes == "-" else int(nbytes)
     timestamp = parse_timestamp_field(ts_text)
     reason = None
@@ -311,6 +377,8 @@ def parse_line(line: str) -> ParsedLine:
         parsed_request=parse_request(request),
         status=int(status),
         response_bytes=response_bytes,
-        referrer=_optional_field(referrer),
-        user_agent=_optional_field(agent),
+        referrer=_optional_field(None if referrer is None else unescape(referrer)),
+        user_agent=_optional_field(None if agent is None else unescape(agent)),
+        vhost=vhost,
+        extra_fields=extra or None,
     )

@@ -109,6 +109,9 @@ class HourManifest:
         counts: per-site accounting for the hour (every known site, zeros included).
         file_mismatches: landed files whose line count differs from their manifest:
             ``{"data_key", "manifest_lines", "lines_read"}``.
+        orphan_files: keys of landed data files of the hour that no manifest names: an
+            incomplete delivery, so the hour is incomplete (absent in manifests written before
+            issue 7: read as none).
         created_at: UTC time the manifest was written.
     """
 
@@ -123,6 +126,7 @@ class HourManifest:
     sample_rows: int
     counts: tuple[SiteHourCounts, ...]
     file_mismatches: tuple[Mapping[str, Any], ...] = ()
+    orphan_files: tuple[str, ...] = ()
     created_at: dt.datetime = dataclasses.field(
         default_factory=lambda: dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
@@ -143,6 +147,7 @@ class HourManifest:
                 "sample_rows": self.sample_rows,
                 "counts": [c.to_json() for c in self.counts],
                 "file_mismatches": [dict(m) for m in self.file_mismatches],
+                "orphan_files": list(self.orphan_files),
                 "created_at": self.created_at.isoformat(),
             },
             indent=1,
@@ -170,6 +175,7 @@ class HourManifest:
                 sample_rows=int(data["sample_rows"]),
                 counts=tuple(SiteHourCounts.from_json(c) for c in data["counts"]),
                 file_mismatches=tuple(data.get("file_mismatches", ())),
+                orphan_files=tuple(str(k) for k in data.get("orphan_files", ())),
                 created_at=dt.datetime.fromisoformat(data["created_at"]),
             )
         except (KeyError, TypeError, ValueError) as exc:

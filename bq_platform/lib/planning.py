@@ -1,23 +1,33 @@
-"""What ``bq-platform run`` has left to do: days whose landed content is not yet published.
+"""What needs to run: the one answer, used by ``bq-platform run`` and by the automation sensor.
 
 A day is up to date when every one of its 24 hours was built from exactly the content now in
-the landing zone with the current transform and key, and both published tables' records name
-that day's fingerprint. Anything else (new or late files, a changed transform, a failed or
-partial earlier run) makes the day due again; re-running a due day is safe (idempotent).
+the landing zone with the current transform and key (the hour manifest's fingerprint equals
+:func:`expected_hour_fingerprint`), and both published tables' records name that day's
+fingerprint. The state is read from what is materialized (hour manifests, publish records), so
+a fresh sensor, a restarted daemon or a new instance starts from the truth: an up-to-date
+landing zone requests nothing.
+
+Time: an hour is *closed* :data:`CLOSE_AFTER` after it ends (producers deliver within that;
+later files are late files and re-run their hour). The automation builds closed hours that
+have landed data or an earlier build, and a day's empty hours once the whole day is closed
+(they are built as empty hours: zero rows, accounted); it publishes a day when it is closed
+and all 24 hours are current. ``bq-platform run`` passes ``now=None``: every hour counts as
+closed (the operator asked for it).
 """
 
 import dataclasses
 import datetime as dt
+from collections.abc import Collection, Iterable, Sequence
 
-from bq_platform.lib.hours import day_hours
+from bq_platform.lib.hours import day_hours, hour_label
 from bq_platform.lib.jobids import (
     day_fingerprint,
     day_partition,
     hour_fingerprint,
     input_fingerprint,
+    sha256_json,
 )
 from bq_platform.lib.landing_index import LandingIndex
-from bq_platform.lib.layout import hour_label
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
 from bq_platform.lib.publish import read_hour_manifest
@@ -25,41 +35,208 @@ from bq_platform.lib.transform import TRANSFORM_VERSION
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import PAGEVIEWS_SAMPLE_TABLE, PAGEVIEWS_TABLE
 
+CLOSE_AFTER = dt.timedelta(minutes=15)
+"""An hour is closed this long after its end (the old hourly schedule ran at hh:15)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class DayPlan:
-    """One day and why it is (or is not) due."""
+    """One day and what it needs.
+
+    Attributes:
+        day: the UTC day.
+        due: something must run (``build`` or ``publish``).
+        reason: one line for logs, the CLI and sensor skip reasons.
+        build: closed hours to (re)build, stage and audit, in time order.
+        publish: every hour is current and the day is closed: publish it.
+        closed: the whole day is closed (always True with ``now=None``).
+        hour_fingerprints: ``{hour label: expected fingerprint}`` of all 24 hours.
+    """
 
     day: dt.date
     due: bool
     reason: str
+    build: tuple[dt.datetime, ...] = ()
+    publish: bool = False
+    closed: bool = True
+    hour_fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        """The day's fingerprint if it were published now (see ``jobids.day_fingerprint``)."""
+        return day_fingerprint(self.hour_fingerprints)
 
 
 def expected_hour_fingerprint(index: LandingIndex, hour: dt.datetime, visitor_key: str) -> str:
-    """The fingerprint a fresh build of ``hour`` would have now."""
+    """The fingerprint a fresh build of ``hour`` would have now (an empty hour has one too)."""
     landed = index.get(hour)
     input_fp = landed.input_fingerprint if landed else input_fingerprint(())
     return hour_fingerprint(input_fp, TRANSFORM_VERSION, key_id(visitor_key), SAMPLE_MODULUS)
 
 
+def is_closed(hour: dt.datetime, now: dt.datetime | None) -> bool:
+    """True when ``hour`` ended at least :data:`CLOSE_AFTER` before ``now`` (or ``now`` is None)."""
+    return now is None or hour + dt.timedelta(hours=1) + CLOSE_AFTER <= now
+
+
 def plan_day(
-    day: dt.date, index: LandingIndex, store: ObjectStore, warehouse: Warehouse, visitor_key: str
+    day: dt.date,
+    index: LandingIndex,
+    store: ObjectStore,
+    warehouse: Warehouse,
+    visitor_key: str,
+    now: dt.datetime | None = None,
 ) -> DayPlan:
-    """Decide whether ``day`` must be (re)processed; reads manifests and publish records only."""
-    fingerprints = {}
-    for hour in day_hours(day):
+    """Decide what ``day`` needs; reads hour manifests and publish records only (no scans).
+
+    Args:
+        day: a UTC day.
+        index: the landing zone (:func:`~bq_platform.lib.landing_index.scan_landing`).
+        store, warehouse: where manifests and publish records are.
+        visitor_key: the pseudonymization key (its ID is part of every hour fingerprint).
+        now: the current UTC time for the automation; None (the CLI) treats every hour as closed.
+
+    Raises:
+        ManifestError: if an hour manifest is unreadable (names the object).
+    """
+    hours = day_hours(day)
+    expected = {hour_label(h): expected_hour_fingerprint(index, h, visitor_key) for h in hours}
+    closed = is_closed(hours[-1], now)
+    stale: list[dt.datetime] = []
+    for hour in hours:
+        if not is_closed(hour, now):
+            continue
         manifest = read_hour_manifest(store, hour)
-        want = expected_hour_fingerprint(index, hour, visitor_key)
-        if manifest is None:
-            return DayPlan(day, True, f"hour {hour_label(hour)} not built")
-        if manifest.fingerprint != want:
-            return DayPlan(day, True, f"hour {hour_label(hour)} has new content or code")
-        fingerprints[hour_label(hour)] = manifest.fingerprint
-    want_day = day_fingerprint(fingerprints)
+        if manifest is not None and manifest.fingerprint == expected[hour_label(hour)]:
+            continue
+        # An empty hour never built waits for the day to close; one with data or an earlier
+        # build (a late file, a changed transform) is rebuilt as soon as it is closed.
+        if closed or manifest is not None or index.get(hour) is not None:
+            stale.append(hour)
+    if stale:
+        what = ", ".join(hour_label(h) for h in stale[:3]) + (" ..." if len(stale) > 3 else "")
+        return DayPlan(
+            day,
+            True,
+            f"{len(stale)} hours to build ({what})",
+            tuple(stale),
+            False,
+            closed,
+            expected,
+        )
+    if not closed:
+        return DayPlan(
+            day,
+            False,
+            f"open until {hour_label(hours[-1] + dt.timedelta(hours=1))}+{CLOSE_AFTER}",
+            closed=False,
+            hour_fingerprints=expected,
+        )
+    want = day_fingerprint(expected)
     for table in (PAGEVIEWS_TABLE, PAGEVIEWS_SAMPLE_TABLE):
         record = warehouse.read_publish_record(table, day_partition(day))
-        if record is None or record.fingerprint != want_day:
+        if record is None or record.fingerprint != want:
             return DayPlan(
-                day, True, f"{table}${day_partition(day)} not published for this content"
+                day,
+                True,
+                f"{table}${day_partition(day)} not published for this content",
+                publish=True,
+                hour_fingerprints=expected,
             )
-    return DayPlan(day, False, "up to date")
+    return DayPlan(day, False, "up to date", hour_fingerprints=expected)
+
+
+def contiguous(hours: Sequence[dt.datetime]) -> list[list[dt.datetime]]:
+    """Split sorted UTC hours into runs of consecutive hours (one run request each)."""
+    runs: list[list[dt.datetime]] = []
+    for hour in hours:
+        if runs and hour - runs[-1][-1] == dt.timedelta(hours=1):
+            runs[-1].append(hour)
+        else:
+            runs.append([hour])
+    return runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One run the automation asks for.
+
+    Attributes:
+        kind: ``build`` (hourly job over ``hours``) or ``publish`` (daily job for ``day``).
+        day: the UTC day concerned.
+        hours: consecutive hours to build (empty for ``publish``).
+        run_key: deterministic: the same work on the same content is requested once.
+        reason: why (from :class:`DayPlan`).
+    """
+
+    kind: str
+    day: dt.date
+    hours: tuple[dt.datetime, ...]
+    run_key: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AutomationPlan:
+    """The runs to request now, and why the other landed days need nothing."""
+
+    requests: list[Request]
+    notes: list[str]
+    days: int
+
+    def skip_reason(self) -> str:
+        """One line for the sensor tick when nothing is requested."""
+        if not self.days:
+            return "the landing zone is empty: land files first (bq-platform land)"
+        return f"nothing to run for {self.days} landed days: " + "; ".join(self.notes[:8])
+
+
+def plan_automation(
+    index: LandingIndex,
+    store: ObjectStore,
+    warehouse: Warehouse,
+    visitor_key: str,
+    now: dt.datetime,
+    busy_days: Collection[dt.date] = (),
+) -> AutomationPlan:
+    """Runs the automation requests for every landed day (see the module docstring).
+
+    Args:
+        busy_days: days with a queued or running pipeline run: left alone until it ends, so a
+            publish never races the build of its own hours.
+
+    Run keys carry the content (hour or day fingerprint), so a tick repeats nothing that was
+    already requested, and a late file (new content) gets a new key.
+    """
+    requests: list[Request] = []
+    notes: list[str] = []
+    days = index.days()
+    for day in days:
+        if day in busy_days:
+            notes.append(f"{day}: a run is queued or in progress")
+            continue
+        plan = plan_day(day, index, store, warehouse, visitor_key, now=now)
+        if plan.build:
+            for run in contiguous(plan.build):
+                content = sha256_json([plan.hour_fingerprints[hour_label(h)] for h in run])
+                requests.append(
+                    Request(
+                        "build",
+                        day,
+                        tuple(run),
+                        f"build:{hour_label(run[0])}:{hour_label(run[-1])}:{content[:16]}",
+                        plan.reason,
+                    )
+                )
+        elif plan.publish:
+            requests.append(
+                Request("publish", day, (), f"publish:{day}:{plan.fingerprint[:16]}", plan.reason)
+            )
+        else:
+            notes.append(f"{day}: {plan.reason}")
+    return AutomationPlan(requests, notes, len(days))
+
+
+def days_of(hours: Iterable[dt.datetime]) -> list[dt.date]:
+    """The sorted UTC days of ``hours``."""
+    return sorted({h.date() for h in hours})

@@ -11,7 +11,9 @@ daily copy job into the day partition, each idempotent through deterministic job
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Callable, Mapping
 
+from bq_platform.lib import quality
 from bq_platform.lib.hours import day_hours
 from bq_platform.lib.jobids import (
     day_fingerprint,
@@ -25,7 +27,7 @@ from bq_platform.lib.layout import hour_label, hour_manifest_key
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quota import JobBudget
-from bq_platform.lib.warehouse.base import CopyJob, LoadJob, Warehouse
+from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import (
     TableSpec,
     pageviews_sample_spec,
@@ -34,6 +36,8 @@ from bq_platform.lib.warehouse.schema import (
 )
 
 KINDS = ("full", "sample")
+#: How :func:`day_completeness` starts the problem of an hour above the rejected share.
+REJECTED_SHARE_PROBLEM = "rejected share above"
 
 
 def published_spec(kind: str, require_partition_filter: bool) -> TableSpec:
@@ -73,6 +77,81 @@ class StageResult:
         return self.table_rows == self.expected_rows
 
 
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """One idempotent job as the publish protocol builds it: what ``run`` runs and ``plan``
+    shows, from the same code.
+
+    Attributes:
+        spec: the destination table's spec (ensured before the job).
+        make_job: builds the job of a generation (deterministic ID).
+        fingerprint: content fingerprint the job ID is built from.
+        partition: ``YYYYMMDDHH`` (an hour's stage table) or ``YYYYMMDD`` (a day partition).
+    """
+
+    spec: TableSpec
+    make_job: Callable[[int], Job]
+    fingerprint: str
+    partition: str
+
+
+def stage_load_plan(
+    store: ObjectStore, manifest: HourManifest, kind: str, *, asset: str, run_id: str
+) -> JobPlan:
+    """The WRITE_TRUNCATE load job of one hour's ``kind`` Parquet files into its stage table."""
+    spec = stage_spec(kind, manifest.hour)
+    files = manifest.full_files if kind == "full" else manifest.sample_files
+    uris = tuple(store.uri(key) for key in files)
+    partition = hour_partition(manifest.hour)
+    fingerprint = manifest.fingerprint
+
+    def make_job(generation: int) -> LoadJob:
+        return LoadJob(
+            job_id=job_id("load", spec.name, partition, fingerprint, generation),
+            destination=spec.name,
+            source_uris=uris,
+            spec=spec,
+            write_disposition="WRITE_TRUNCATE",
+            labels=job_labels(asset, partition, run_id, fingerprint),
+        )
+
+    return JobPlan(spec, make_job, fingerprint, partition)
+
+
+def day_copy_plan(
+    day: dt.date,
+    ready: Mapping[dt.datetime, HourManifest],
+    kind: str,
+    *,
+    asset: str,
+    run_id: str,
+    require_partition_filter: bool,
+) -> JobPlan:
+    """The WRITE_TRUNCATE copy job of the ``ready`` hours' stage tables into ``table$YYYYMMDD``.
+
+    Raises:
+        ValueError: if ``ready`` is empty.
+    """
+    spec = published_spec(kind, require_partition_filter)
+    if not ready:
+        raise ValueError(f"no hour of {day} is ready to publish into {spec.name}")
+    partition = day_partition(day)
+    fingerprint = day_fingerprint({hour_label(h): m.fingerprint for h, m in ready.items()})
+    sources = tuple(stage_spec(kind, h).name for h in sorted(ready))
+    destination = f"{spec.name}${partition}"
+
+    def make_job(generation: int) -> CopyJob:
+        return CopyJob(
+            job_id=job_id("copy", spec.name, partition, fingerprint, generation),
+            sources=sources,
+            destination=destination,
+            write_disposition="WRITE_TRUNCATE",
+            labels=job_labels(asset, partition, run_id, fingerprint),
+        )
+
+    return JobPlan(spec, make_job, fingerprint, partition)
+
+
 def load_stage_hour(
     warehouse: Warehouse,
     store: ObjectStore,
@@ -89,32 +168,23 @@ def load_stage_hour(
     Raises:
         JobFailedError: if the load job fails (bad Parquet, schema drift).
         QuotaBudgetExceededError: if the stage table's daily budget is spent.
+        RuleViolation: if BigQuery would refuse the table or the job.
     """
-    spec = stage_spec(kind, manifest.hour)
-    warehouse.ensure_table(spec)
-    files = manifest.full_files if kind == "full" else manifest.sample_files
-    uris = tuple(store.uri(key) for key in files)
-    partition = hour_partition(manifest.hour)
-    fingerprint = manifest.fingerprint
-
-    def make_job(generation: int) -> LoadJob:
-        return LoadJob(
-            job_id=job_id("load", spec.name, partition, fingerprint, generation),
-            destination=spec.name,
-            source_uris=uris,
-            spec=spec,
-            write_disposition="WRITE_TRUNCATE",
-            labels=job_labels(asset, partition, run_id, fingerprint),
-        )
-
+    plan = stage_load_plan(store, manifest, kind, asset=asset, run_id=run_id)
+    warehouse.ensure_table(plan.spec)
     outcome = run_idempotent_job(
-        warehouse, make_job, fingerprint=fingerprint, partition=partition, budget=budget, log=log
+        warehouse,
+        plan.make_job,
+        fingerprint=plan.fingerprint,
+        partition=plan.partition,
+        budget=budget,
+        log=log,
     )
     return StageResult(
         hour=manifest.hour,
-        table=spec.name,
+        table=plan.spec.name,
         outcome=outcome,
-        table_rows=warehouse.table_rows(spec.name),
+        table_rows=warehouse.table_rows(plan.spec.name),
         expected_rows=expected_rows(manifest, kind),
     )
 
@@ -145,11 +215,21 @@ class DayCompleteness:
 
 
 def day_completeness(
-    warehouse: Warehouse, store: ObjectStore, day: dt.date, kind: str
+    warehouse: Warehouse,
+    store: ObjectStore,
+    day: dt.date,
+    kind: str,
+    max_rejected_share: float | None = None,
 ) -> DayCompleteness:
     """Check every hour of ``day``: built, accounting balanced, audited, stage rows as written.
 
     Reads manifests and table metadata only (no table scans).
+
+    Args:
+        max_rejected_share: when set (0..1), an hour with a site whose rejected share grades
+            ``error`` (:func:`bq_platform.lib.quality.grade`) is a problem too, so the day is
+            not published (issue 7, "A data-quality gate"); None skips this gate (the operator
+            allowed it for the run).
     """
     manifests: dict[dt.datetime, HourManifest] = {}
     problems: dict[dt.datetime, list[str]] = {}
@@ -168,6 +248,18 @@ def day_completeness(
             reasons.append(f"accounting does not balance for {', '.join(bad)}")
         if manifest.file_mismatches:
             reasons.append(f"{len(manifest.file_mismatches)} files disagree with their manifests")
+        if manifest.orphan_files:  # issue 7: a data file no manifest names, delivery incomplete
+            shown = ", ".join(manifest.orphan_files[:3])
+            more = len(manifest.orphan_files) - 3
+            reasons.append(
+                f"{len(manifest.orphan_files)} data files without a manifest (incomplete "
+                f"delivery): {shown}" + (f" and {more} more" if more > 0 else "")
+            )
+        if max_rejected_share is not None:
+            reasons += [
+                f"{REJECTED_SHARE_PROBLEM} {max_rejected_share:.1%}: {v.describe()}"
+                for v in quality.blocking(quality.grade_counts(manifest.counts, max_rejected_share))
+            ]
         if (hour, manifest.fingerprint) not in audited:
             reasons.append("audit rows missing or from another build")
         table = stage_spec(kind, hour).name
@@ -217,28 +309,26 @@ def publish_day(
         JobFailedError / QuotaBudgetExceededError: see
             :func:`~bq_platform.lib.jobs.run_idempotent_job`.
     """
-    spec = published_spec(kind, require_partition_filter)
-    warehouse.ensure_table(spec)
     ready = {h: m for h, m in completeness.manifests.items() if h not in completeness.problems}
-    if not ready:
-        raise ValueError(f"no hour of {completeness.day} is ready to publish into {spec.name}")
     day = completeness.day
-    partition = day_partition(day)
-    fingerprint = day_fingerprint({hour_label(h): m.fingerprint for h, m in ready.items()})
-    sources = tuple(stage_spec(kind, h).name for h in sorted(ready))
-    destination = f"{spec.name}${partition}"
-
-    def make_job(generation: int) -> CopyJob:
-        return CopyJob(
-            job_id=job_id("copy", spec.name, partition, fingerprint, generation),
-            sources=sources,
-            destination=destination,
-            write_disposition="WRITE_TRUNCATE",
-            labels=job_labels(asset, partition, run_id, fingerprint),
-        )
-
+    plan = day_copy_plan(
+        day,
+        ready,
+        kind,
+        asset=asset,
+        run_id=run_id,
+        require_partition_filter=require_partition_filter,
+    )
+    spec, fingerprint = plan.spec, plan.fingerprint
+    warehouse.ensure_table(spec)
+    destination = f"{spec.name}${plan.partition}"
     outcome = run_idempotent_job(
-        warehouse, make_job, fingerprint=fingerprint, partition=partition, budget=budget, log=log
+        warehouse,
+        plan.make_job,
+        fingerprint=fingerprint,
+        partition=plan.partition,
+        budget=budget,
+        log=log,
     )
     return PublishResult(
         day=day,

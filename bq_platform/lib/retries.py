@@ -173,18 +173,35 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT_TYPES)
 
 
+#: BigQuery serializes mutating DML (UPDATE, DELETE, MERGE) per table and fails the loser of a
+#: concurrent pair with this text and reason ``invalidQuery`` (wepay/kafka-connect-bigquery
+#: issue 279; cloud.google.com/bigquery/docs/data-manipulation-language#concurrent_jobs).
+#: Re-running the same idempotent statement is the documented remedy, so this one
+#: ``invalidQuery`` is retried; every other ``invalidQuery`` stays terminal.
+SERIALIZATION_CONFLICT = "Could not serialize access to table"
+
+
+def is_serialization_conflict(exc: BaseException) -> bool:
+    """True if ``exc`` is BigQuery's concurrent-DML conflict (:data:`SERIALIZATION_CONFLICT`)."""
+    return SERIALIZATION_CONFLICT in str(exc)
+
+
 def is_retryable_job_error(exc: BaseException) -> bool:
     """Predicate for resubmitting a failed *query job* (``job_retry`` of ``Client.query``).
 
-    True for :data:`RETRYABLE_JOB_REASONS` and for everything :func:`is_retryable` accepts;
-    ``quotaExceeded`` and terminal reasons stay False. Only used for our idempotent statements
-    (reads, and the ``MERGE`` statements that replace ledger/audit rows).
+    True for :data:`RETRYABLE_JOB_REASONS`, for the concurrent-DML conflict
+    (:func:`is_serialization_conflict`) and for everything :func:`is_retryable` accepts;
+    ``quotaExceeded`` and other terminal reasons stay False. Only used for our idempotent
+    statements (reads, the ledger INSERT, the audit ``MERGE``), bounded by
+    :data:`QUERY_JOB_RETRY_TIMEOUT_S`.
     """
     if isinstance(exc, api_exceptions.RetryError) and exc.cause is not None:
         exc = exc.cause
     reasons = error_reasons(exc)
     if any(reason in QUOTA_REASONS for reason in reasons):
         return False
+    if is_serialization_conflict(exc):
+        return True
     if reasons and reasons[0] in RETRYABLE_JOB_REASONS:
         return True
     return is_retryable(exc)

@@ -12,7 +12,7 @@ Input columns (:data:`INPUT_COLUMNS`)::
 
 Output columns (:data:`OUTPUT_COLUMNS`): ``hour_label, data_key, line_no, category, reason,
 raw``, then the pageview columns in :data:`bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS`
-order and types (``event_id`` ... ``user_agent``, ``status``/``response_bytes`` BIGINT), then
+order and types (``event_id`` ... ``extra_fields``, ``status``/``response_bytes`` BIGINT), then
 ``in_sample`` BOOLEAN.
 
 - ``category``: :data:`CATEGORY_PAGE` (stored in ``pageviews``), :data:`CATEGORY_NON_PAGE`
@@ -43,12 +43,13 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.pages import is_page_column
+from bq_platform.lib.partition_window import HourWindow, out_of_window_reason_column
 from bq_platform.lib.pseudonymize import in_sample_column, visitor_id_column
 from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
 
 #: Bump whenever the output for the same input changes (it is part of every hour's fingerprint,
 #: hence of the load job IDs: a new version reloads, an unchanged one is skipped).
-TRANSFORM_VERSION = "pageviews-transform/1"
+TRANSFORM_VERSION = "pageviews-transform/2"  # 2: vhost, extra fields, escapes, trailing blanks
 
 CATEGORY_PAGE = "page"
 CATEGORY_NON_PAGE = "non_page"
@@ -98,25 +99,40 @@ def _optional(value: Column) -> Column:
     return F.when(~value.isin("", "-"), value)
 
 
+def _unescape(value: Column) -> Column:
+    """:func:`logformat.unescape`: ``\\"`` -> ``"``, ``\\\\`` -> ``\\`` in one left-to-right pass.
+
+    Only fields that contain a backslash pay for the regex (``contains`` is a byte search).
+    """
+    escaped = F.contains(value, F.lit("\\"))
+    return F.when(escaped, F.regexp_replace(value, lf.ESCAPE_PATTERN, "$1")).otherwise(value)
+
+
 def _diagnose(line: Column, one_line: Column) -> Column:
     """Reason code for a line that does not match :data:`logformat.LINE_PATTERN`."""
-    loose = _groups(line, lf.LOOSE_LINE_PATTERN, 9)
+    groups = lf.LOOSE_LINE_GROUPS
+    loose = _groups(line, lf.LOOSE_LINE_PATTERN, groups)
     blank = F.length(F.trim(line, F.lit(lf.BLANK_CHARS))) == 0
     return (
         F.when(blank, F.lit(lf.REASON_EMPTY_LINE))
-        .when(~(one_line & _matched(loose, 9)), F.lit(lf.REASON_MALFORMED))
-        .when(~F.get(loose, 5).rlike(_STATUS_TOKEN), F.lit(lf.REASON_BAD_STATUS))
-        .when(~F.get(loose, 6).rlike(_BYTES_TOKEN), F.lit(lf.REASON_BAD_BYTES))
+        .when(~(one_line & _matched(loose, groups)), F.lit(lf.REASON_MALFORMED))
+        .when(~F.get(loose, 1).rlike(_STATUS_TOKEN), F.lit(lf.REASON_BAD_STATUS))
+        .when(~F.get(loose, 2).rlike(_BYTES_TOKEN), F.lit(lf.REASON_BAD_BYTES))
         .otherwise(F.lit(lf.REASON_MALFORMED))
     )
 
 
-def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
+def transform_lines(
+    lines: DataFrame, *, visitor_key: str | bytes, window: HourWindow | None = None
+) -> DataFrame:
     """Classify and parse access-log lines (see the module docstring for the columns).
 
     Args:
         lines: a DataFrame with at least :data:`INPUT_COLUMNS`; other columns are dropped.
         visitor_key: the pseudonymization key (see :mod:`bq_platform.lib.pseudonymize`).
+        window: the partitions' hours; an ``out_of_window`` line outside them gets reason
+            ``before_first_partition`` or ``future_timestamp`` instead of ``out_of_window``
+            (:mod:`bq_platform.lib.partition_window`, issue 7). None: always ``out_of_window``.
 
     Returns:
         A DataFrame with :data:`OUTPUT_COLUMNS`, one row per input row, same partitioning
@@ -140,26 +156,31 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
     )
 
     # Stage 2: the line pattern, once per line.
+    groups = lf.LINE_GROUPS
     split = cleaned.select(
-        *meta, "raw", "line", "one_line", _groups(F.col("line"), lf.LINE_PATTERN, 9).alias("f")
+        *meta, "raw", "line", "one_line", _groups(F.col("line"), lf.LINE_PATTERN, groups).alias("f")
     )
     f = F.col("f")
-    matched = F.col("one_line") & _matched(f, 9)
-    field = [F.when(matched, F.get(f, i)) for i in range(9)]
-    bytes_value = F.when(field[6] != "-", field[6].try_cast("bigint"))
+    matched = F.col("one_line") & _matched(f, groups)
+    # 0 vhost, 1 host, 2 ident, 3 authuser, 4 timestamp, 5 request, 6 status, 7 bytes,
+    # 8 referrer, 9 user agent, 10 extra fields (logformat.LINE_PATTERN's groups 1..11)
+    field = [F.when(matched, F.get(f, i)) for i in range(groups)]
+    bytes_value = F.when(field[7] != "-", field[7].try_cast("bigint"))
     fields = split.select(
         *meta,
         "raw",
         matched.alias("matched"),
         F.when(~matched, _diagnose(F.col("line"), F.col("one_line"))).alias("parse_reason"),
-        field[0].alias("host"),
-        F.try_to_timestamp(field[3], F.lit(lf.SPARK_TIMESTAMP_FORMAT)).alias("ts_raw"),
-        field[4].alias("request"),
-        field[5].try_cast("bigint").alias("status"),
+        field[1].alias("host"),
+        F.try_to_timestamp(field[4], F.lit(lf.SPARK_TIMESTAMP_FORMAT)).alias("ts_raw"),
+        _unescape(field[5]).alias("request"),
+        field[6].try_cast("bigint").alias("status"),
         bytes_value.alias("response_bytes"),
-        (field[6].isNotNull() & (field[6] != "-") & bytes_value.isNull()).alias("bad_bytes"),
-        _optional(field[7]).alias("referrer"),
-        _optional(field[8]).alias("user_agent"),
+        (field[7].isNotNull() & (field[7] != "-") & bytes_value.isNull()).alias("bad_bytes"),
+        _optional(_unescape(field[8])).alias("referrer"),
+        _optional(_unescape(field[9])).alias("user_agent"),
+        F.when(field[0] != "", field[0]).alias("vhost"),
+        F.when(field[10] != "", field[10]).alias("extra_fields"),
     )
 
     # Stage 3: the request pattern, once per line; time arithmetic without the session zone.
@@ -181,6 +202,8 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
         "bad_bytes",
         "referrer",
         "user_agent",
+        "vhost",
+        "extra_fields",
         r.alias("r"),
         F.date_from_unix_date(epoch_day).alias("event_date"),
         F.floor(secs / _SECONDS_PER_HOUR).alias("epoch_hour"),
@@ -207,6 +230,8 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
         "bad_bytes",
         "referrer",
         "user_agent",
+        "vhost",
+        "extra_fields",
         F.when(is_request, F.get(r, 0)).alias("http_method"),
         F.substring_index(target, "?", 1).alias("page_path"),
         F.when(has_query, target.substr(F.instr(target, "?") + 1, F.length(target))).alias(
@@ -240,7 +265,10 @@ def transform_lines(lines: DataFrame, *, visitor_key: str | bytes) -> DataFrame:
             "visitor_id"
         ),
         F.when(is_page_row, F.sha2(event_key, 256)).alias("event_id"),
-        F.when(F.col("category") == CATEGORY_OUT_OF_WINDOW, F.lit(lf.REASON_OUT_OF_WINDOW))
+        F.when(
+            F.col("category") == CATEGORY_OUT_OF_WINDOW,
+            out_of_window_reason_column(F.col("event_ts"), window),
+        )
         .otherwise(F.col("reject_reason"))
         .alias("reason"),
     )

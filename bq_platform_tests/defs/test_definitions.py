@@ -19,6 +19,7 @@ EXPECTED_ASSETS = {
     "warehouse/pageviews_audit",
     "warehouse/pageviews",
     "warehouse/pageviews_sample",
+    "reports/pageviews_completeness",
 }
 
 
@@ -42,10 +43,33 @@ def test_local_definitions_load_with_every_asset_check_job_and_sensor(monkeypatc
     assert ("warehouse/pageviews_sample", "sample_ratio") in checks
     assert defs.resolve_job_def("pageviews_hourly_job") is not None
     assert defs.resolve_job_def("pageviews_daily_job") is not None
-    assert defs.resolve_sensor_def("landing_sensor") is not None
-    assert defs.resolve_schedule_def("pageviews_daily_schedule") is not None
+    sensor = defs.resolve_sensor_def("pageviews_automation_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED  # the operator turns it on
+    assert sensor.minimum_interval_seconds == 60
     assert isinstance(defs.resources["warehouse"], DuckDBWarehouseResource)
     assert isinstance(defs.resources["object_store"], LocalObjectStoreResource)
+
+
+def test_every_asset_has_owners_kinds_group_and_partitioned_checks(monkeypatch, tmp_path):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    defs = load_defs()
+    for spec in defs.resolve_all_asset_specs():
+        name = spec.key.to_user_string()
+        assert spec.kinds and spec.group_name, name
+        if name != "landing/pageview_logs":  # observable_source_asset takes no owners
+            assert spec.owners == ["team:data-platform"], name
+    graph = defs.get_repository_def().asset_graph
+    for key in graph.asset_check_keys:
+        check_def = defs.resolve_assets_def(key.asset_key)
+        spec = check_def.get_spec_for_check_key(key)
+        assert spec.partitions_def == check_def.partitions_def, key
+
+
+def test_hourly_partition_keys_are_hour_labels():
+    from bq_platform.defs.partitions import daily_partitions, hourly_partitions
+
+    assert hourly_partitions.get_first_partition_key() == "1995-08-01T00"
+    assert daily_partitions.get_first_partition_key() == "1995-08-01"
 
 
 def test_hourly_assets_run_a_day_per_run():

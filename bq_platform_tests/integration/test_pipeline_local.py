@@ -44,7 +44,7 @@ def test_one_hour_materializes_with_passing_blocking_checks(local_env, access_lo
 
     result = dg.materialize(
         [pageview_files, pageviews_stage, pageviews_sample_stage, pageviews_audit],
-        partition_key="1995-08-01-05:00",
+        partition_key="1995-08-01T05",
         resources=build_resources("local"),
         instance=local_env.instance,
     )

@@ -270,6 +270,25 @@ def test_dead_letters_keep_reason_and_raw_line(built) -> None:
     assert built.manifests[H_EMPTY].deadletter_files == ()
 
 
+def test_rejected_reasons_and_samples_are_recorded(built) -> None:
+    """The hour manifest carries what the rejected-share check needs (issue 7)."""
+    counts = {c.site: c for c in built.manifests[H_NASA_1].counts}[NASA]
+    assert counts.rejected_reasons == {
+        lf.REASON_EMPTY_LINE: 1,
+        lf.REASON_MALFORMED: 2,
+        lf.REASON_BAD_STATUS: 1,
+        lf.REASON_BAD_TIMESTAMP: 1,
+    }
+    assert sum(counts.rejected_reasons.values()) == counts.rejected
+    odd = [raw.decode("utf-8", errors="replace") for raw in ODD]
+    # first line of each reason, most frequent first, ties by name; at most three
+    assert counts.rejected_samples == (odd[1], odd[3], odd[4])
+    for hour, manifest in built.manifests.items():
+        for c in manifest.counts:
+            if (c.site, hour) != (NASA, H_NASA_1):
+                assert (c.rejected_reasons, c.rejected_samples) == ({}, ()), (c.site, hour)
+
+
 def test_duplicate_delivery_counts_once(built) -> None:
     counts = {c.site: c for c in built.manifests[H_EPA_2].counts}[EPA]
     n = len(built.landed[(EPA, H_EPA_2)])

@@ -6,8 +6,12 @@ import pytest
 
 from bq_platform.lib.hours import (
     day_hours,
+    hour_id,
+    hour_label,
     hour_partition_key,
     hours_between,
+    parse_hour,
+    parse_hour_label,
     parse_hour_partition_key,
 )
 from bq_platform.lib.sampling_check import sample_ratio
@@ -32,8 +36,26 @@ def test_hours_between_is_half_open_and_utc():
 def test_day_hours_and_partition_keys_round_trip():
     hours = day_hours(dt.date(1995, 8, 1))
     assert len(hours) == 24 and hours[0].hour == 0 and hours[-1].hour == 23
-    assert hour_partition_key(hours[4]) == "1995-08-01-04:00"
-    assert parse_hour_partition_key("1995-08-01-04:00") == hours[4]
+    assert hour_partition_key(hours[4]) == hour_label(hours[4]) == "1995-08-01T04"
+    assert parse_hour_partition_key("1995-08-01T04") == parse_hour_label("1995-08-01T04")
+    assert parse_hour_label("1995-08-01T04") == hours[4]
+    assert hour_id(hours[4]) == "1995080104"
+
+
+def test_parse_hour_accepts_the_label_and_the_old_partition_spelling():
+    want = dt.datetime(1995, 8, 1, 4, tzinfo=UTC)
+    assert parse_hour("1995-08-01T04") == want
+    assert parse_hour("1995-08-01-04:00") == want  # BQ_PLATFORM_FIRST_HOUR before issue 8
+    for bad in ("1995-08-01-04:30", "1995-08-01 04", "19950801"):
+        with pytest.raises(ValueError, match="YYYY-MM-DDTHH"):
+            parse_hour(bad)
+
+
+def test_hour_label_refuses_naive_or_partial_hours():
+    with pytest.raises(ValueError):
+        hour_label(dt.datetime(1995, 8, 1, 4))
+    with pytest.raises(ValueError):
+        hour_id(dt.datetime(1995, 8, 1, 4, 30, tzinfo=UTC))
 
 
 def test_sample_ratio_passes_near_expected_and_fails_far_away():

@@ -11,7 +11,8 @@ import re
 import pytest
 
 from bq_platform.lib import logformat as lf
-from bq_platform.lib.logformat import parse_clf_timestamp, parse_line, parse_request
+from bq_platform.lib.logformat import parse_clf_timestamp, parse_line, parse_request, unescape
+from bq_platform_tests.lib.server_variants import VARIANTS, Variant
 
 UTC = dt.UTC
 
@@ -119,7 +120,7 @@ COMBINED = (
                 "authuser": "alice",
                 "target": "/apache_pb.gif?x=1",
                 "referrer": "http://www.example.com/start.html",
-                "user_agent": 'Mozilla/4.08 [en] (Win98; I ;Nav) \\"q\\" "odd" agent',
+                "user_agent": 'Mozilla/4.08 [en] (Win98; I ;Nav) "q" "odd" agent',
                 "timestamp": dt.datetime(2000, 10, 10, 20, 55, 36, tzinfo=UTC),
             },
             id="combined-ipv6-agent-with-quotes-and-spaces",
@@ -220,10 +221,16 @@ COMBINED = (
     ],
 )
 def test_parse_line(line: str, reason: str | None, expected: dict) -> None:
+    _assert_parsed(line, reason, expected)
+
+
+def _assert_parsed(line: str, reason: str | None, expected: dict) -> None:
     parsed = parse_line(line)
     assert parsed.reason == reason
     request = parsed.parsed_request
     actual = {
+        "vhost": parsed.vhost,
+        "extra_fields": parsed.extra_fields,
         "host": parsed.host,
         "authuser": parsed.authuser,
         "timestamp": parsed.timestamp,
@@ -237,6 +244,29 @@ def test_parse_line(line: str, reason: str | None, expected: dict) -> None:
         "protocol": request.protocol if request else None,
     }
     assert {k: actual[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
+def test_real_server_variants(variant: Variant) -> None:
+    """Apache common/combined/vhost_combined, %D, nginx main and $request_time, escapes..."""
+    _assert_parsed(variant.line, variant.reason, variant.expected)
+    if variant.reason is None:
+        ts = parse_clf_timestamp(variant.line)  # the lander reads the hour the same way
+        assert ts == dt.datetime(1995, 8, 30, 14, 55, 36, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ('a \\"q\\" b', 'a "q" b'),
+        ("a\\\\", "a\\"),
+        ('a\\\\\\"b', 'a\\"b'),  # Apache's escape of a\"b
+        ("\\x22 \\n \\", "\\x22 \\n \\"),  # other escapes stay
+        ("plain", "plain"),
+    ],
+)
+def test_unescape(field: str, expected: str) -> None:
+    assert unescape(field) == expected
 
 
 def test_rejected_lines_have_no_fields() -> None:

@@ -85,6 +85,25 @@ def test_job_predicate_resubmits_job_level_errors_only() -> None:
     assert retries.is_retryable_job_error(wrapped)
 
 
+def test_concurrent_dml_conflict_is_the_only_retried_invalid_query() -> None:
+    # BigQuery fails the loser of two concurrent MERGE/UPDATE/DELETE statements on one table
+    # with reason invalidQuery (wepay/kafka-connect-bigquery issue 279).
+    conflict = api_exceptions.BadRequest(
+        "Could not serialize access to table p:d._bq_platform_published due to concurrent update",
+        errors=[{"reason": "invalidQuery", "message": "Could not serialize access to table"}],
+    )
+    syntax = _error(api_exceptions.BadRequest, "invalidQuery")
+    assert retries.is_retryable_job_error(conflict)
+    assert retries.is_retryable_job_error(api_exceptions.RetryError("gave up", conflict))
+    assert not retries.is_retryable_job_error(syntax)
+    assert not retries.is_retryable(conflict)  # API calls are not resubmitted for it
+    quota = api_exceptions.Forbidden(
+        "Could not serialize access to table t",
+        errors=[{"reason": "invalidQuery"}, {"reason": "quotaExceeded"}],
+    )
+    assert not retries.is_retryable_job_error(quota)
+
+
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record the backoff sleeps of google.api_core's retry loop instead of sleeping."""

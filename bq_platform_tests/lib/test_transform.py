@@ -28,6 +28,7 @@ from bq_platform.lib.transform import (
     PAGEVIEW_COLUMN_NAMES,
     transform_lines,
 )
+from bq_platform_tests.lib.server_variants import VARIANTS
 
 KEY = "test-visitor-key"
 SHA = "ab" * 32
@@ -49,6 +50,8 @@ COMPARED = (
     "response_bytes",
     "referrer",
     "user_agent",
+    "vhost",
+    "extra_fields",
     "in_sample",
     "raw",
 )
@@ -91,6 +94,8 @@ def reference(raw: bytes, hour_label: str, line_no: int, key: str = KEY) -> dict
         "response_bytes": parsed.response_bytes,
         "referrer": parsed.referrer,
         "user_agent": parsed.user_agent,
+        "vhost": parsed.vhost,
+        "extra_fields": parsed.extra_fields,
         "http_method": request.method if request else None,
         "page_path": request.path if request else None,
         "query_string": request.query if request else None,
@@ -217,12 +222,34 @@ def test_expected_classes_of_some_odd_lines(odd_rows) -> None:
     assert by_line[5]["response_bytes"] is None
     combined = by_line[19]
     assert combined["referrer"] == "http://www.example.com/a b.html"
-    assert combined["user_agent"] == 'Mozilla/4.08 [en] (Win98; I ;Nav) \\"q\\" "odd" ua'
+    assert combined["user_agent"] == 'Mozilla/4.08 [en] (Win98; I ;Nav) "q" "odd" ua'
     assert combined["event_ts"] == dt.datetime(1995, 8, 30, 14, 55, 36, tzinfo=dt.UTC).timestamp()
     assert by_line[22]["category"] == CATEGORY_NON_PAGE  # request "-"
     assert by_line[25]["raw"].startswith("caf\ufffd ")  # invalid UTF-8 replaced
     assert by_line[27]["reason"] == lf.REASON_EMPTY_LINE
     assert by_line[32]["reason"] == lf.REASON_MALFORMED  # truncated last line
+
+
+@pytest.fixture(scope="module")
+def variant_rows(spark) -> list[dict]:
+    return run(spark, [v.line for v in VARIANTS])
+
+
+@pytest.mark.parametrize("index", range(len(VARIANTS)), ids=lambda i: VARIANTS[i].id)
+def test_real_server_variant_matches_reference(variant_rows, index: int) -> None:
+    """Spark reads each real-server variant as the Python reference does, and as expected."""
+    variant = VARIANTS[index]
+    got = dict(variant_rows[index])
+    assert got.pop("line_no") == index + 1
+    assert got == reference(variant.line.encode(), HOUR, index + 1), variant.line
+    assert got["reason"] == variant.reason
+    if variant.reason is None:
+        assert got["category"] in (CATEGORY_PAGE, CATEGORY_NON_PAGE)
+    names = {"target": None, "method": "http_method", "protocol": "http_protocol"}
+    for key, value in variant.expected.items():
+        column = names.get(key, key)
+        if column in got:
+            assert got[column] == value, (variant.id, key)
 
 
 def test_timestamps_agree_with_python_parser(spark) -> None:
@@ -315,6 +342,8 @@ def test_schema_and_one_row_per_line(spark) -> None:
         "response_bytes": "bigint",
         "referrer": "string",
         "user_agent": "string",
+        "vhost": "string",
+        "extra_fields": "string",
     }
     line_nos = [r["line_no"] for r in out.select("line_no").collect()]
     assert sorted(line_nos) == list(range(1, 3 * len(ODD_LINES) + 1))

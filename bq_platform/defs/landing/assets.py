@@ -11,6 +11,8 @@ from bq_platform.lib.landing_index import scan_landing
     key=["landing", "pageview_logs"],
     partitions_def=hourly_partitions,
     group_name="landing",
+    # observable_source_asset has no owners/kinds arguments in dagster 1.13; kinds are tags.
+    tags={"dagster/kind/gcs": "", "dagster/kind/json": ""},
     description=(
         "Access logs landed by producers under landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/,"
         " one manifest per file (line count, bytes, SHA-256) written last. The manifests' "

@@ -4,15 +4,22 @@ import time
 
 import dagster as dg
 
+from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.landing.assets import pageview_logs
-from bq_platform.defs.partitions import hourly_partitions
+from bq_platform.defs.metadata import OWNERS
+from bq_platform.defs.partitions import FIRST_HOUR, hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, SparkResource
-from bq_platform.lib.accounting import unbalanced
+from bq_platform.lib import quality
 from bq_platform.lib.build import build_hours
-from bq_platform.lib.hours import hours_between
+from bq_platform.lib.hours import hour_label
+from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.partition_window import HourWindow
+from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.reporting import counts_markdown, totals
 
 ACCOUNTING_CHECK = "accounting_identity"
+REJECTED_SHARE_CHECK = "rejected_share"
 
 HOURLY_RETRY = dg.RetryPolicy(
     max_retries=2, delay=15, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
@@ -28,87 +35,198 @@ HOURLY_BACKFILL = dg.BackfillPolicy.multi_run(max_partitions_per_run=24)
     backfill_policy=HOURLY_BACKFILL,
     retry_policy=HOURLY_RETRY,
     group_name="pageviews",
+    owners=OWNERS,
     kinds={"spark", "parquet"},
     check_specs=[
         dg.AssetCheckSpec(
             ACCOUNTING_CHECK,
             asset=["lake", "pageview_files"],
             blocking=True,
+            partitions_def=hourly_partitions,
             description="Per site and hour: source_lines = pageviews + non_page_hits + rejected"
             " + duplicates + out_of_window, and every landed file has its manifest's line count.",
-        )
+        ),
+        # Not blocking: the hour's stage tables and audit rows are still written (they record
+        # the rejects); the daily publish holds the day instead (publish.day_completeness),
+        # unless the operator allows it for that run (allow_rejected_share).
+        dg.AssetCheckSpec(
+            REJECTED_SHARE_CHECK,
+            asset=["lake", "pageview_files"],
+            partitions_def=hourly_partitions,
+            description="Per site and hour: rejected lines / delivered lines. WARN above 1%, "
+            "ERROR above the configured share (BQ_PLATFORM_MAX_REJECTED_SHARE, default 5%), "
+            "which also holds the day's publish. Metadata: rate, top reasons, sample lines.",
+        ),
     ],
 )
+@fail_fast
 def pageview_files(
     context: dg.AssetExecutionContext,
     spark: SparkResource,
     object_store: ObjectStoreResource,
     settings: PipelineSettings,
-) -> dg.MaterializeResult:
+):  # no return annotation: Dagster types the outputs from it; returns Iterator[CheckedEvent]
     """Parquet files of pageviews (AWStats "pages": successful or not-modified GETs of documents)
     per UTC hour, written under a per-attempt prefix and named by the hour's manifest
     (staging/pageviews/hour=<H>/_MANIFEST.json). Every line is accounted for: pages are stored,
     other hits counted, bad lines kept in the dead-letter area with a reason code, duplicate
     deliveries and lines outside the hour counted. visitor_id is an HMAC of the client address;
     the 1-in-200 visitor sample is written in the same pass."""
-    window = context.partition_time_window
-    hours = hours_between(window.start, window.end)
+    hours = partition_hours(context)
     attempt_id = f"{context.run_id}-{context.retry_number}"
     context.log.info(
-        "building %d hours %s .. %s as attempt %s", len(hours), hours[0], hours[-1], attempt_id
+        "building %d hours %s .. %s as attempt %s",
+        len(hours),
+        hour_label(hours[0]),
+        hour_label(hours[-1]),
+        attempt_id,
     )
+    store = object_store.get_store()
     started = time.monotonic()
     manifests = build_hours(
         spark.spark_session,
-        object_store.get_store(),
+        store,
         hours,
         attempt_id=attempt_id,
         visitor_key=settings.visitor_key,
+        window=HourWindow.until_now(FIRST_HOUR),
         log=context.log,
     )
     seconds = time.monotonic() - started
     counts = [c for m in manifests for c in m.counts]
-    bad = unbalanced(counts)
-    mismatches = [dict(x) for m in manifests for x in m.file_mismatches]
-    total = totals(counts)
-    passed = not bad and not mismatches
-    problems = [
-        f"{c.site} {c.hour:%Y-%m-%dT%H}: source_lines {c.source_lines} != accounted {c.accounted}"
-        for c in bad
-    ] + [
-        f"{m['data_key']}: manifest says {m['manifest_lines']} lines, file has {m['lines_read']}"
-        for m in mismatches
-    ]
+    problems = [p for m in manifests for p in accounting_problems(m)]
     if problems:
         context.log.error("accounting does not balance:\n%s", "\n".join(problems[:50]))
-    return dg.MaterializeResult(
+    total = totals(counts)
+    files = [k for m in manifests for k in (*m.full_files, *m.sample_files)]
+    dead_files = [k for m in manifests for k in m.deadletter_files]
+    result = dg.MaterializeResult(
         metadata={
             "hours": len(hours),
             "rows": sum(m.rows for m in manifests),
+            "sample_rows": sum(m.sample_rows for m in manifests),
+            "sample_rate": dg.MetadataValue.text(f"1/{SAMPLE_MODULUS}"),
+            "files": len(files),
+            "bytes": sum(store.size(k) for k in files),
+            "dead_letter_files": len(dead_files),
+            "dead_letter_lines": total["rejected"] + total["out_of_window"],
             **total,
-            "seconds": round(seconds, 2),
+            "duration_seconds": round(seconds, 2),
             "attempt_id": attempt_id,
             "per_site_hour": dg.MetadataValue.md(counts_markdown(counts)),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=ACCOUNTING_CHECK,
-                passed=passed,
-                severity=dg.AssetCheckSeverity.ERROR,
-                description=(
-                    f"{len(counts)} site-hours balance"
-                    if passed
-                    else f"{len(problems)} problems: "
-                    + "; ".join(problems[:5])
-                    + ". Fix the landed files (bq-platform land) and re-run these hours."
-                ),
-                metadata={
-                    "site_hours": len(counts),
-                    "unbalanced": len(bad),
-                    "file_mismatches": len(mismatches),
-                    "source_lines": total["source_lines"],
-                    "accounted": sum(c.accounted for c in counts),
-                },
+    )
+    checks = [accounting_check(m) for m in manifests] + [
+        rejected_share_check(m, settings.max_rejected_share) for m in manifests
+    ]
+    return report(context, result, checks)
+
+
+def accounting_problems(manifest: HourManifest) -> list[str]:
+    """What does not add up in one hour: unbalanced sites, landed files whose line count
+    differs from their manifest, and data files without a manifest (an incomplete delivery,
+    issue 7), one line each, naming the site or the file."""
+    label = hour_label(manifest.hour)
+    return (
+        [
+            f"{c.site} {label}: source_lines {c.source_lines} != accounted {c.accounted}"
+            for c in manifest.counts
+            if not c.balanced
+        ]
+        + [
+            f"{m['data_key']}: manifest says {m['manifest_lines']} lines, "
+            f"file has {m['lines_read']}"
+            for m in manifest.file_mismatches
+        ]
+        + [
+            f"{key}: data file without a manifest (incomplete delivery: its lines are not counted; "
+            "have the producer write the manifest, or land the file again)"
+            for key in manifest.orphan_files
+        ]
+    )
+
+
+def accounting_check(manifest: HourManifest) -> PartitionCheck:
+    """The hour's accounting identity as a check result on its partition.
+
+    Metadata: expected (source lines announced by the producers' manifests), actual (lines
+    accounted for by a category), difference, and the sites and files that disagree.
+    """
+    counts = manifest.counts
+    problems = accounting_problems(manifest)
+    expected = sum(c.source_lines for c in counts)
+    actual = sum(c.accounted for c in counts)
+    return PartitionCheck(
+        check_name=ACCOUNTING_CHECK,
+        partition=hour_label(manifest.hour),
+        passed=not problems,
+        description=(
+            f"{len(counts)} sites balance: {expected} source lines accounted for"
+            if not problems
+            else f"{len(problems)} problems: "
+            + "; ".join(problems[:5])
+            + ". Fix the landed files (bq-platform land) and re-run this hour."
+        ),
+        metadata={
+            **comparison(expected, actual),
+            "unbalanced_sites": dg.MetadataValue.json(
+                sorted(c.site for c in counts if not c.balanced)
+            ),
+            "files": dg.MetadataValue.json(
+                [
+                    {
+                        "file": m["data_key"],
+                        "expected": m["manifest_lines"],
+                        "actual": m["lines_read"],
+                    }
+                    for m in manifest.file_mismatches
+                ]
+            ),
+            "orphan_files": dg.MetadataValue.json(list(manifest.orphan_files)),
+        },
+    )
+
+
+def rejected_share_check(manifest: HourManifest, max_share: float) -> PartitionCheck:
+    """The hour's rejected share per site (:mod:`bq_platform.lib.quality`) as a check result.
+
+    Passes when every site is ``ok``; fails with WARN when the worst site is above 1%, with
+    ERROR when one is above ``max_share``. Metadata: the worst rate, and per site above 1% its
+    rate, top reasons with counts and sample lines (cut to 200 characters).
+    """
+    verdicts = quality.grade_counts(manifest.counts, max_share)
+    level = quality.worst_level(verdicts)
+    flagged = [v for v in verdicts if v.level != quality.LEVEL_OK]
+    flagged.sort(key=lambda v: -v.rate)
+    worst = max(verdicts, key=lambda v: v.rate, default=None)
+    if not flagged:
+        description = f"{len(verdicts)} sites at or below {quality.WARN_SHARE:.0%} rejected"
+    else:
+        description = "; ".join(v.describe() for v in flagged[:5])
+        if level == quality.LEVEL_ERROR:
+            description += (
+                f". Above {max_share:.1%}: the day is not published. Look at the samples (a "
+                "new LogFormat upstream?), fix and re-land, or publish anyway with "
+                "--allow-rejected (config allow_rejected_share: true)."
             )
-        ],
+    return PartitionCheck(
+        check_name=REJECTED_SHARE_CHECK,
+        partition=hour_label(manifest.hour),
+        passed=level == quality.LEVEL_OK,
+        severity=(
+            dg.AssetCheckSeverity.ERROR
+            if level == quality.LEVEL_ERROR
+            else dg.AssetCheckSeverity.WARN
+        ),
+        description=description,
+        metadata={
+            "rate": dg.MetadataValue.float(round(worst.rate, 6) if worst else 0.0),
+            "rejected": sum(v.rejected for v in verdicts),
+            "lines": sum(v.lines for v in verdicts),
+            "max_rejected_share": dg.MetadataValue.float(max_share),
+            "warn_share": dg.MetadataValue.float(quality.WARN_SHARE),
+            "top_reasons": dg.MetadataValue.json({v.site: dict(v.top_reasons) for v in flagged}),
+            "sample_lines": dg.MetadataValue.json({v.site: list(v.samples) for v in flagged}),
+            "sites": dg.MetadataValue.json([v.to_metadata() for v in flagged]),
+        },
     )

@@ -1,14 +1,20 @@
 """Warehouse tables: hourly stage tables, the audit table, and the published daily tables."""
 
+import time
+
 import dagster as dg
 
+from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.errors import fail_fast
+from bq_platform.defs.metadata import OWNERS, job_links_markdown
 from bq_platform.defs.pageviews.assets import HOURLY_BACKFILL, HOURLY_RETRY, pageview_files
-from bq_platform.defs.partitions import daily_partitions, hourly_partitions
+from bq_platform.defs.partitions import daily_partitions, hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.lib.accounting import audit_records
-from bq_platform.lib.hours import hours_between
-from bq_platform.lib.layout import hour_label
+from bq_platform.lib.hours import hour_label
+from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish import (
+    REJECTED_SHARE_PROBLEM,
     day_completeness,
     load_stage_hour,
     publish_day,
@@ -42,6 +48,10 @@ class PublishConfig(dg.Config):
 
     allow_incomplete_hours: bool = False
     """Publish even if some hours are not complete (they are left out). Operator's decision."""
+    allow_rejected_share: bool = False
+    """Publish hours whose rejected share is above ``BQ_PLATFORM_MAX_REJECTED_SHARE`` (their
+    well-formed lines are published; the rejects stay in the dead letters). Operator's decision
+    (``bq-platform run --allow-rejected``)."""
 
 
 def _stage_asset(kind: str) -> dg.AssetsDefinition:
@@ -56,6 +66,7 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
         backfill_policy=HOURLY_BACKFILL,
         retry_policy=HOURLY_RETRY,
         group_name="warehouse",
+        owners=OWNERS,
         kinds={"bigquery", "table"},
         pool=WAREHOUSE_POOL,
         description=_STAGE_DOCS[kind],
@@ -64,20 +75,22 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 STAGE_CHECK,
                 asset=key,
                 blocking=True,
+                partitions_def=hourly_partitions,
                 description="Each hour's stage table holds exactly the rows its manifest names.",
             )
         ],
     )
+    @fail_fast
     def stage(
         context: dg.AssetExecutionContext,
         object_store: ObjectStoreResource,
         warehouse: WarehouseResource,
         settings: PipelineSettings,
-    ) -> dg.MaterializeResult:
-        window = context.partition_time_window
+    ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
         store, wh = object_store.get_store(), warehouse.get_warehouse()
+        started = time.monotonic()
         results, missing = [], []
-        for hour in hours_between(window.start, window.end):
+        for hour in partition_hours(context):
             manifest = read_hour_manifest(store, hour)
             if manifest is None:
                 missing.append(hour_label(hour))
@@ -99,35 +112,43 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 f"hours {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''} have no "
                 "hour manifest: materialize lake/pageview_files for them first",
             )
-        wrong = [r for r in results if not r.matches]
+        manifests = {r.hour: read_hour_manifest(store, r.hour) for r in results}
+        files = [
+            k
+            for m in manifests.values()
+            if m is not None
+            for k in (m.full_files if kind == "full" else m.sample_files)
+        ]
         actions = [r.outcome.action for r in results]
-        return dg.MaterializeResult(
+        result = dg.MaterializeResult(
             metadata={
                 "hours": len(results),
                 "rows": sum(r.table_rows or 0 for r in results),
+                "files": len(files),
+                "bytes": sum(store.size(k) for k in files),
+                "duration_seconds": round(time.monotonic() - started, 2),
                 "jobs_submitted": actions.count("submitted"),
                 "jobs_adopted": actions.count("adopted"),
                 "jobs_skipped": actions.count("skipped"),
-                "job_ids": dg.MetadataValue.md(
-                    "\n".join(
-                        f"- `{r.table}`: `{r.outcome.job_id}` ({r.outcome.action})"
-                        for r in results[:48]
-                    )
+                "job_ids": job_links_markdown(
+                    warehouse, ((r.table, r.outcome.job_id, r.outcome.action) for r in results)
                 ),
             },
-            check_results=[
-                dg.AssetCheckResult(
-                    check_name=STAGE_CHECK,
-                    passed=not wrong,
-                    description="; ".join(
-                        f"{r.table}: {r.table_rows} rows, manifest {r.expected_rows}"
-                        for r in wrong[:5]
-                    )
-                    or f"{len(results)} stage tables match their manifests",
-                    metadata={"hours": len(results), "mismatched": len(wrong)},
-                )
-            ],
         )
+        checks = [
+            PartitionCheck(
+                check_name=STAGE_CHECK,
+                partition=hour_label(r.hour),
+                passed=r.matches,
+                description=f"{r.table}: {r.table_rows} rows, its manifest names {r.expected_rows}"
+                + ("" if r.matches else "; re-run this hour's stage load"),
+                metadata=comparison(
+                    r.expected_rows, r.table_rows or 0, table=r.table, job_id=r.outcome.job_id
+                ),
+            )
+            for r in results
+        ]
+        return report(context, result, checks)
 
     return stage
 
@@ -143,9 +164,11 @@ pageviews_sample_stage = _stage_asset("sample")
     backfill_policy=HOURLY_BACKFILL,
     retry_policy=HOURLY_RETRY,
     group_name="warehouse",
+    owners=OWNERS,
     kinds={"bigquery", "table"},
     pool=WAREHOUSE_POOL,
 )
+@fail_fast
 def pageviews_audit(
     context: dg.AssetExecutionContext,
     object_store: ObjectStoreResource,
@@ -155,9 +178,9 @@ def pageviews_audit(
     pageviews, non_page_hits, rejected, duplicates, out_of_window, with the build's fingerprint
     and run. source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window
     holds in every row of a complete hour. An hour's rows are replaced atomically."""
-    window = context.partition_time_window
     store, wh = object_store.get_store(), warehouse.get_warehouse()
-    hours = hours_between(window.start, window.end)
+    started = time.monotonic()
+    hours = partition_hours(context)
     rows = []
     for hour in hours:
         manifest = read_hour_manifest(store, hour)
@@ -169,8 +192,11 @@ def pageviews_audit(
         metadata={
             "hours": len(hours),
             "rows": len(rows),
+            "sites": len({r["site"] for r in rows}),
             "source_lines": sum(r["source_lines"] for r in rows),
             "pageviews": sum(r["pageviews"] for r in rows),
+            "rejected": sum(r["rejected"] for r in rows),
+            "duration_seconds": round(time.monotonic() - started, 2),
         }
     )
 
@@ -183,6 +209,7 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
         dg.AssetCheckSpec(
             DAY_CHECK,
             asset=key,
+            partitions_def=daily_partitions,
             description="The published day partition holds exactly the sum of its stage tables.",
         )
     ]
@@ -191,6 +218,7 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
             dg.AssetCheckSpec(
                 SAMPLE_CHECK,
                 asset=key,
+                partitions_def=daily_partitions,
                 description="Sampled visitors are within a binomial bound of 1 in 200.",
             )
         )
@@ -201,6 +229,7 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
         deps=[stage_key, pageviews_audit],
         partitions_def=daily_partitions,
         group_name="warehouse",
+        owners=OWNERS,
         kinds={"bigquery", "table"},
         pool=WAREHOUSE_POOL,
         retry_policy=dg.RetryPolicy(
@@ -209,25 +238,34 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
         description=_PUBLISHED_DOCS[kind],
         check_specs=checks,
     )
+    @fail_fast
     def published(
         context: dg.AssetExecutionContext,
         config: PublishConfig,
         object_store: ObjectStoreResource,
         warehouse: WarehouseResource,
         settings: PipelineSettings,
-    ) -> dg.MaterializeResult:
+    ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
         day = context.partition_time_window.start.date()
+        started = time.monotonic()
         store, wh = object_store.get_store(), warehouse.get_warehouse()
-        completeness = day_completeness(wh, store, day, kind)
+        max_share = None if config.allow_rejected_share else settings.max_rejected_share
+        completeness = day_completeness(wh, store, day, kind, max_rejected_share=max_share)
         if not completeness.complete:
             message = f"{day}: {len(completeness.problems)} of 24 hours are not complete: " + (
                 completeness.describe()
+            )
+            rejected_hint = (
+                " If the rejected lines are expected, launch with config allow_rejected_share: "
+                "true (bq-platform run --allow-rejected)."
+                if REJECTED_SHARE_PROBLEM in message
+                else ""
             )
             if not config.allow_incomplete_hours:
                 raise dg.Failure(
                     description=message + ". Re-run those hours (lake/pageview_files and the "
                     "stage tables), or, if you accept a partial day, launch this run with "
-                    "config allow_incomplete_hours: true.",
+                    "config allow_incomplete_hours: true." + rejected_hint,
                 )
             context.log.warning("publishing an incomplete day (operator's choice): %s", message)
         result = publish_day(
@@ -248,16 +286,20 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
             result.fingerprint[:12],
             result.partition_rows,
         )
-        check_results = [
-            dg.AssetCheckResult(
+        partition = context.partition_key
+        checks = [
+            PartitionCheck(
                 check_name=DAY_CHECK,
+                partition=partition,
                 passed=result.partition_rows == result.expected_rows,
                 description=f"partition {result.destination} has {result.partition_rows} rows; "
                 f"its {result.hours} stage tables have {result.expected_rows}",
-                metadata={
-                    "partition_rows": result.partition_rows,
-                    "stage_rows": result.expected_rows,
-                },
+                metadata=comparison(
+                    result.expected_rows,
+                    result.partition_rows,
+                    table=result.destination,
+                    job_id=result.outcome.job_id,
+                ),
             )
         ]
         if kind == "sample":
@@ -265,32 +307,39 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
             ratio = sample_ratio(
                 sum(c.visitors for c in counts), sum(c.sample_visitors for c in counts)
             )
-            check_results.append(
-                dg.AssetCheckResult(
+            checks.append(
+                PartitionCheck(
                     check_name=SAMPLE_CHECK,
+                    partition=partition,
                     passed=ratio.passed,
                     severity=dg.AssetCheckSeverity.WARN,
                     description=ratio.describe(),
                     metadata={
+                        **comparison(round(ratio.expected, 2), ratio.sampled),
                         "visitor_hours": ratio.units,
-                        "sampled": ratio.sampled,
-                        "expected": round(ratio.expected, 2),
+                        "sample_rate": f"1/{SAMPLE_MODULUS}",
                         "skipped": ratio.skipped,
+                        "table": result.destination,
                     },
                 )
             )
-        return dg.MaterializeResult(
+        materialization = dg.MaterializeResult(
             metadata={
                 "destination": result.destination,
                 "rows": result.partition_rows,
                 "hours_published": result.hours,
                 "incomplete_hours": len(completeness.problems),
-                "job_id": result.outcome.job_id,
+                "stage_tables": result.hours,
+                "duration_seconds": round(time.monotonic() - started, 2),
+                "job_id": job_links_markdown(
+                    warehouse, [(result.destination, result.outcome.job_id, result.outcome.action)]
+                ),
                 "job_action": result.outcome.action,
                 "fingerprint": result.fingerprint,
+                **({"sample_rate": f"1/{SAMPLE_MODULUS}"} if kind == "sample" else {}),
             },
-            check_results=check_results,
         )
+        return report(context, materialization, checks)
 
     return published
 

@@ -1,31 +1,64 @@
 """The warehouse interface: BigQuery's job model, which the local DuckDB warehouse imitates.
 
-The pipeline talks to a warehouse only through :class:`Warehouse`: it ensures tables, submits
-load and copy *jobs* with caller-chosen deterministic IDs, looks jobs up, and reads row counts
-from metadata. :mod:`bq_platform.lib.jobs` runs the lookup-before-submit state machine on top.
+The pipeline talks to a warehouse only through :class:`Warehouse`. What is the same for every
+engine lives here, once:
 
-Semantics every implementation keeps (they are BigQuery's):
+- **ensure table**: the spec is checked against BigQuery's rules
+  (:func:`bq_platform.lib.warehouse.rules.check_table_spec`), the existing table is read back
+  as a spec and compared with :func:`bq_platform.lib.warehouse.compare.compare` (one
+  comparison, BigQuery's), new NULLABLE columns and layout changes are patched, anything else
+  raises :class:`SchemaMismatchError`; cached per table and spec fingerprint, so a run makes
+  one metadata request per table (BigQuery allows ~5 metadata updates per 10 s per table:
+  cloud.google.com/bigquery/quotas#standard_tables);
+- **submit job**: every load and copy job is checked against BigQuery's rules with the specs
+  of its destination and sources before it is sent or run (:meth:`Warehouse.validate_job`);
+- **publish ledger**: append-only rows read back latest-wins (:mod:`.ledger`), so concurrent
+  runs never run a mutating DML statement on it;
+- **counts** come from metadata (:meth:`Warehouse.table_info`): no scan, 0 bytes billed.
+
+A backend supplies only what differs between engines: reading, creating and patching a table,
+inserting and looking up jobs, appending and reading ledger rows, the audit table's SQL.
+
+Semantics every backend keeps (they are BigQuery's):
 
 - a job ID is used once: submitting an existing ID raises :class:`JobConflictError` (HTTP 409);
 - ``WRITE_TRUNCATE`` replaces the destination (a whole table, or one day partition when the
   destination has a partition decorator ``table$YYYYMMDD``) atomically: a failed job leaves it
   as it was;
-- a copy into ``table$YYYYMMDD`` fails if a source row's partition column is another day.
+- a write into ``table$YYYYMMDD`` fails if a row's partition column is another day.
 """
 
 import abc
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from bq_platform.lib.warehouse import ledger, rules
+from bq_platform.lib.warehouse.compare import SpecDifference, compare
+from bq_platform.lib.warehouse.ledger import PublishRecord
+from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import TableSpec
 
 WriteDisposition = Literal["WRITE_TRUNCATE", "WRITE_APPEND", "WRITE_EMPTY"]
 JobState = Literal["PENDING", "RUNNING", "DONE"]
 
-_DECORATOR_RE = re.compile(r"^(?P<table>[A-Za-z_][A-Za-z0-9_]*)(?:\$(?P<day>\d{8}))?$")
+__all__ = [
+    "CopyJob",
+    "Job",
+    "JobConflictError",
+    "JobFailedError",
+    "JobStatus",
+    "LoadJob",
+    "PublishRecord",
+    "RuleViolation",
+    "SchemaMismatchError",
+    "TableExistsError",
+    "TableInfo",
+    "Warehouse",
+    "WarehouseError",
+    "split_decorator",
+]
 
 
 class WarehouseError(RuntimeError):
@@ -34,6 +67,10 @@ class WarehouseError(RuntimeError):
 
 class JobConflictError(WarehouseError):
     """A job with this ID already exists (BigQuery answers HTTP 409 ``duplicate``)."""
+
+
+class TableExistsError(WarehouseError):
+    """A table create found the table already there (HTTP 409); someone else created it."""
 
 
 class JobFailedError(WarehouseError):
@@ -55,8 +92,7 @@ class LoadJob:
     Attributes:
         job_id: deterministic ID (see :mod:`bq_platform.lib.jobids`).
         destination: table name, optionally with a partition decorator ``$YYYYMMDD``.
-        source_uris: Parquet files (``gs://`` URIs or local paths); at most 10,000
-            (cloud.google.com/bigquery/quotas#load_jobs).
+        source_uris: Parquet files (``gs://`` URIs or local paths); at most 10,000.
         spec: the destination's table spec (explicit schema, never autodetect).
         write_disposition: ``WRITE_TRUNCATE`` replaces the destination.
         labels: job labels (asset, partition, run_id, fingerprint).
@@ -76,7 +112,8 @@ class CopyJob:
 
     Attributes:
         job_id: deterministic ID.
-        sources: source table names.
+        sources: source table names; each has the destination's schema, partitioning and
+            clustering (:func:`bq_platform.lib.warehouse.rules.check_copy_job`).
         destination: ``table$YYYYMMDD`` to replace one day partition, or a table name.
         write_disposition: ``WRITE_TRUNCATE`` replaces the destination partition.
         labels: job labels.
@@ -103,6 +140,7 @@ class JobStatus:
         error_message: human-readable error when DONE and failed.
         output_rows: rows the job wrote (loads and copies), when known.
         labels: the job's labels.
+        ended: UTC time the job finished (DONE jobs), when known.
     """
 
     job_id: str
@@ -111,6 +149,7 @@ class JobStatus:
     error_message: str | None = None
     output_rows: int | None = None
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    ended: dt.datetime | None = None
 
     @property
     def done(self) -> bool:
@@ -122,67 +161,178 @@ class JobStatus:
 
 
 @dataclasses.dataclass(frozen=True)
-class PublishRecord:
-    """What was last published into a destination partition, for later runs and auditors.
+class TableInfo:
+    """Metadata of a table, or of one day partition of it (no scan, 0 bytes billed).
 
     Attributes:
-        destination: table name (``pageviews``, ``pageviews_stage_1995080104``...).
-        partition: ``YYYYMMDD`` or ``YYYYMMDDHH``; ``""`` for a whole table.
-        job_id: the job that wrote it.
-        fingerprint: content fingerprint the job ID was built from.
-        rows: rows written.
-        published_at: UTC time of the record.
+        table: table name, without decorator.
+        created: UTC creation time of the table.
+        rows: rows in the table, or in the partition when asked with ``$YYYYMMDD``.
     """
 
-    destination: str
-    partition: str
-    job_id: str
-    fingerprint: str
+    table: str
+    created: dt.datetime
     rows: int
-    published_at: dt.datetime
 
 
 def split_decorator(destination: str) -> tuple[str, dt.date | None]:
     """``'pageviews$19950801'`` -> ``('pageviews', date(1995, 8, 1))``; no decorator -> None.
 
     Raises:
-        ValueError: if the name or the decorator is malformed.
+        RuleViolation: (a ValueError) if the name or the decorator is malformed.
     """
-    match = _DECORATOR_RE.match(destination)
-    if not match:
-        raise ValueError(f"not a table name with an optional $YYYYMMDD decorator: {destination!r}")
-    day = match["day"]
-    return match["table"], (dt.datetime.strptime(day, "%Y%m%d").date() if day else None)
+    return rules.split_destination(destination)
 
 
 class Warehouse(abc.ABC):
-    """Tables and jobs. Implementations: DuckDB (local) and BigQuery (production)."""
+    """Tables and jobs. Backends: DuckDB (local) and BigQuery (production).
 
-    @abc.abstractmethod
+    Subclasses call ``super().__init__()`` and implement the abstract methods; the rules, the
+    schema comparison, the ensure cache and the publish ledger are this class's.
+    """
+
+    def __init__(self) -> None:
+        self._ensured: dict[str, TableSpec] = {}
+
+    # -- tables ------------------------------------------------------------------------------
+
     def ensure_table(self, spec: TableSpec) -> None:
         """Create the table if missing, else check it against ``spec``; cached per fingerprint.
 
-        Additive changes (new NULLABLE columns) are applied; anything else raises.
+        Additive changes (new NULLABLE columns at the end, clustering, labels,
+        ``require_partition_filter``) are patched; anything else raises.
 
         Raises:
+            RuleViolation: if BigQuery would refuse ``spec`` (nothing is sent).
             SchemaMismatchError: if the table exists with an incompatible schema or layout.
         """
+        rules.check_table_spec(spec)
+        cached = self._ensured.get(spec.name)
+        if cached is not None and cached.fingerprint() == spec.fingerprint():
+            return
+        existing = self._describe_table(spec.name)
+        if existing is None:
+            try:
+                self._create_table(spec)
+                self._ensured[spec.name] = spec
+                return
+            except TableExistsError:
+                existing = self._describe_table(spec.name)
+                if existing is None:
+                    raise WarehouseError(
+                        f"table {spec.name} was reported to exist (409) but cannot be read; "
+                        "is another process creating and deleting it?"
+                    ) from None
+        diff = compare(existing, spec)
+        if diff.errors:
+            raise SchemaMismatchError(
+                f"table {spec.name} does not match its spec: {'; '.join(diff.errors)}. Only "
+                "new NULLABLE columns at the end (and clustering, labels, "
+                "require_partition_filter) are applied automatically; migrate the table (or "
+                "restore the spec) and re-run. No job was submitted."
+            )
+        if diff.needs_patch:
+            self._patch_table(spec, diff)
+        self._ensured[spec.name] = spec
+
+    def forget_table(self, table: str) -> None:
+        """Drop ``table`` from the ensure cache (after it was dropped or expired)."""
+        self._ensured.pop(table, None)
+
+    def table_spec(self, table: str) -> TableSpec | None:
+        """The spec of ``table``: as ensured in this run, else read back; None if missing."""
+        return self._ensured.get(table) or self._describe_table(table)
+
+    def table_exists(self, table: str) -> bool:
+        """True if the table exists (a metadata read)."""
+        return self.table_info(table) is not None
+
+    def table_rows(self, table: str) -> int | None:
+        """Rows in a table from metadata (no scan); None if the table does not exist."""
+        info = self.table_info(table)
+        return None if info is None else info.rows
+
+    def partition_rows(self, table: str, day: dt.date) -> int:
+        """Rows of one day partition from metadata (no scan); 0 if table or partition is empty."""
+        info = self.table_info(f"{table}${day:%Y%m%d}")
+        return 0 if info is None else info.rows
 
     @abc.abstractmethod
-    def table_exists(self, table: str) -> bool:
-        """True if the table exists."""
+    def table_info(self, destination: str) -> TableInfo | None:
+        """Metadata of ``table`` or of ``table$YYYYMMDD`` (that partition's rows); None if the
+        table does not exist. Bills 0 bytes: BigQuery ``tables.get``, never a query."""
+
+    @abc.abstractmethod
+    def _describe_table(self, table: str) -> TableSpec | None:
+        """Read an existing table back as a spec (one metadata request); None if missing."""
+
+    @abc.abstractmethod
+    def _create_table(self, spec: TableSpec) -> None:
+        """Create the table from ``spec``. Raises :class:`TableExistsError` on 409."""
+
+    @abc.abstractmethod
+    def _patch_table(self, spec: TableSpec, diff: SpecDifference) -> None:
+        """Apply ``diff.added_columns`` and ``diff.patch_fields`` to the existing table."""
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def validate_job(self, job: Job) -> None:
+        """Check ``job`` against BigQuery's rules with its destination's and sources' specs.
+
+        Raises:
+            RuleViolation: naming the job, the rule and its source, if BigQuery would refuse
+                it (nothing is sent or run).
+        """
+        table, _ = rules.split_destination(job.destination)
+        if isinstance(job, LoadJob):
+            rules.check_load_job(
+                job.job_id,
+                job.destination,
+                job.source_uris,
+                job.spec,
+                self.table_spec(table) or job.spec,
+                job.write_disposition,
+                job.labels,
+            )
+            return
+        destination_spec = self.table_spec(table)
+        if destination_spec is None:
+            raise RuleViolation(
+                f"BigQuery would refuse copy job {job.job_id}: destination table {table} does "
+                "not exist and we never let a copy create a table (CREATE_NEVER); ensure it "
+                "first (source: /bigquery/docs/reference/rest/v2/Job#JobConfigurationTableCopy)"
+            )
+        sources = {rules.split_destination(s)[0] for s in job.sources}
+        rules.check_copy_job(
+            job.job_id,
+            job.destination,
+            job.sources,
+            {name: self.table_spec(name) for name in sorted(sources)},
+            destination_spec,
+            job.write_disposition,
+            job.labels,
+        )
+
+    def submit_job(self, job: Job) -> JobStatus:
+        """Validate ``job`` (:meth:`validate_job`), then submit it with its own ID.
+
+        Returns:
+            Its status (it may still be running).
+
+        Raises:
+            RuleViolation: if BigQuery would refuse the job (nothing is sent).
+            JobConflictError: if a job with this ID already exists.
+        """
+        self.validate_job(job)
+        return self._insert_job(job)
+
+    @abc.abstractmethod
+    def _insert_job(self, job: Job) -> JobStatus:
+        """Send or run a validated job. Raises :class:`JobConflictError` on 409."""
 
     @abc.abstractmethod
     def get_job(self, job_id: str) -> JobStatus | None:
         """Look a job up by ID; None if no such job exists."""
-
-    @abc.abstractmethod
-    def submit_job(self, job: Job) -> JobStatus:
-        """Submit a job with its own ID and return its status (may still be running).
-
-        Raises:
-            JobConflictError: if a job with this ID already exists.
-        """
 
     @abc.abstractmethod
     def wait_job(self, job_id: str, timeout_s: float = 3600.0) -> JobStatus:
@@ -193,24 +343,37 @@ class Warehouse(abc.ABC):
         """
 
     @abc.abstractmethod
-    def table_rows(self, table: str) -> int | None:
-        """Rows in a table from metadata (no scan); None if the table does not exist."""
-
-    @abc.abstractmethod
-    def partition_rows(self, table: str, day: dt.date) -> int:
-        """Rows of a day partition from metadata (``INFORMATION_SCHEMA.PARTITIONS``); 0 if empty."""
-
-    @abc.abstractmethod
     def jobs_submitted(self, table: str, day: dt.date) -> int:
         """Jobs submitted with ``table`` as destination on UTC ``day`` (for budgets)."""
 
-    @abc.abstractmethod
+    # -- publish ledger ----------------------------------------------------------------------
+
     def read_publish_record(self, destination: str, partition: str) -> PublishRecord | None:
-        """The last :class:`PublishRecord` for a destination partition, or None."""
+        """The latest :class:`PublishRecord` for a destination partition, or None."""
+        rules.check_table_name(destination)
+        if self.table_info(ledger.PUBLISH_LEDGER_TABLE) is None:
+            return None
+        return ledger.latest(self._ledger_rows(destination, partition))
+
+    def write_publish_record(self, record: PublishRecord) -> None:
+        """Append ``record`` to the ledger; it supersedes earlier rows of its partition.
+
+        Raises:
+            ValueError: if ``published_at`` is naive.
+        """
+        rules.check_table_name(record.destination)
+        self.ensure_table(ledger.publish_ledger_spec())
+        self._append_ledger_row(ledger.to_row(record))
 
     @abc.abstractmethod
-    def write_publish_record(self, record: PublishRecord) -> None:
-        """Store ``record``, replacing the previous one for the same destination partition."""
+    def _ledger_rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
+        """Ledger rows of one destination partition (latest first if cheap), as dicts."""
+
+    @abc.abstractmethod
+    def _append_ledger_row(self, row: Mapping[str, Any]) -> None:
+        """Append one ledger row (an INSERT: never a mutating statement)."""
+
+    # -- audit -------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def replace_audit_rows(

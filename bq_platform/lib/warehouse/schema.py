@@ -92,6 +92,13 @@ PAGEVIEW_COLUMNS: tuple[Column, ...] = (
     Column("response_bytes", "INT64", "NULLABLE", "Response size; null when logged as '-'."),
     Column("referrer", "STRING", "NULLABLE", "Referer header (Combined Log Format only)."),
     Column("user_agent", "STRING", "NULLABLE", "User-Agent header (Combined Log Format only)."),
+    Column("vhost", "STRING", "NULLABLE", "Virtual host 'host:port' (vhost_combined lines only)."),
+    Column(
+        "extra_fields",
+        "STRING",
+        "NULLABLE",
+        "Fields after the user agent (%D, $request_time...), as written; null if none.",
+    ),
 )
 
 AUDIT_COLUMNS_SPEC: tuple[Column, ...] = (
@@ -143,10 +150,21 @@ def stage_table_name(kind: str, hour: dt.datetime) -> str:
 
 
 def stage_spec(kind: str, hour: dt.datetime) -> TableSpec:
-    """One hour's stage table: unpartitioned, expires after :data:`STAGE_EXPIRATION_DAYS`."""
-    return TableSpec(
+    """One hour's stage table: the published table's schema, partitioning and clustering.
+
+    BigQuery copies into a column-partitioned table only from sources partitioned and
+    clustered the same way (``400 Failed to copy Non partitioned table to Column partitioned
+    table: not supported``, apache/airflow PR 42130; clustering: apache/beam issue 34571; see
+    :func:`bq_platform.lib.warehouse.rules.check_copy_job`), so a stage table is the published
+    table's spec with its own name, no partition filter requirement, an expiration of
+    :data:`STAGE_EXPIRATION_DAYS` days and a ``role: stage`` label. Beam and dbt's
+    ``copy_partitions`` build their temporary tables the same way.
+    """
+    published = pageviews_spec(False) if kind == "full" else pageviews_sample_spec(False)
+    return dataclasses.replace(
+        published,
         name=stage_table_name(kind, hour),
-        columns=PAGEVIEW_COLUMNS,
+        require_partition_filter=False,
         expiration_days=STAGE_EXPIRATION_DAYS,
         labels={**_LABELS, "role": "stage"},
         description=f"Stage table ({kind}) of UTC hour {hour:%Y-%m-%dT%H}; replaced by each load.",

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bq_platform.lib.accounting import SiteHourCounts, audit_records
+from bq_platform.lib.warehouse import duckdb as duckdb_module
 from bq_platform.lib.warehouse.base import (
     CopyJob,
     JobConflictError,
@@ -29,13 +30,17 @@ from bq_platform.lib.warehouse.base import (
     SchemaMismatchError,
     WarehouseError,
 )
-from bq_platform.lib.warehouse.duckdb import DUCKDB_TYPES, DuckDBWarehouse
+from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.lib.warehouse.duckdb_jobs import DUCKDB_TYPES
+from bq_platform.lib.warehouse.ledger import LEDGER_COLUMNS
+from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import (
     AUDIT_COLUMNS_SPEC,
     PAGEVIEW_COLUMNS,
     Column,
     TableSpec,
     audit_spec,
+    pageviews_sample_spec,
     pageviews_spec,
     stage_spec,
 )
@@ -129,6 +134,7 @@ def test_duckdb_types_cover_every_column_type() -> None:
         assert column.type in DUCKDB_TYPES
     assert DUCKDB_TYPES["TIMESTAMP"] == "TIMESTAMP WITH TIME ZONE"
     assert DUCKDB_TYPES["INT64"] == "BIGINT"
+    assert duckdb_module.DUCKDB_TYPES is DUCKDB_TYPES  # re-exported where it used to be
 
 
 def test_ensure_table_creates_table_with_types_layout_and_parent_folder(
@@ -138,7 +144,7 @@ def test_ensure_table_creates_table_with_types_layout_and_parent_folder(
     wh.ensure_table(spec)
 
     assert (tmp_path / "state" / "warehouse.duckdb").is_file()
-    assert wh.metadata_operations == 1
+    assert wh.metadata_operations == {"pageviews": 2}  # one read, one create
     assert wh.table_exists("pageviews") and not wh.table_exists("pageviews_sample")
     assert wh.table_rows("pageviews") == 0
     assert wh.table_rows("pageviews_sample") is None
@@ -168,17 +174,33 @@ def test_ensure_table_is_cached_per_fingerprint(wh: DuckDBWarehouse) -> None:
     wh.ensure_table(pageviews_spec())
     wh.ensure_table(pageviews_spec())
     wh.ensure_table(pageviews_spec())
-    assert wh.metadata_operations == 1
+    assert wh.metadata_operations == {"pageviews": 2}
 
+    stage_name = stage_spec("full", HOUR).name
     wh.ensure_table(stage_spec("full", HOUR))
     wh.ensure_table(stage_spec("full", HOUR))
-    assert wh.metadata_operations == 2
+    assert wh.metadata_operations == {"pageviews": 2, stage_name: 2}
 
     # A new instance (a new run) checks once, and finds the table as it should be.
     again = DuckDBWarehouse(wh.path)
     again.ensure_table(pageviews_spec())
     again.ensure_table(pageviews_spec())
-    assert again.metadata_operations == 1
+    assert again.metadata_operations == {"pageviews": 1}
+
+
+def test_stage_tables_have_the_published_layout(wh: DuckDBWarehouse) -> None:
+    # BigQuery copies into a column-partitioned table only from sources partitioned and
+    # clustered the same way (apache/airflow PR 42130, apache/beam issue 34571).
+    for kind, published in (("full", pageviews_spec()), ("sample", pageviews_sample_spec())):
+        wh.ensure_table(stage_spec(kind, HOUR))
+        stage = wh.describe_table(stage_spec(kind, HOUR).name)
+        assert stage is not None
+        assert stage.columns == tuple(
+            dataclasses.replace(c, description="") for c in published.columns
+        )
+        assert (stage.partition_field, stage.clustering) == ("event_date", published.clustering)
+        assert (stage.expiration_days, stage.require_partition_filter) == (7, False)
+        assert stage.labels == {"app": "bq_platform", "role": "stage"}
 
 
 def test_ensure_table_adds_nullable_column_and_keeps_rows(
@@ -192,7 +214,7 @@ def test_ensure_table_adds_nullable_column_and_keeps_rows(
 
     wh.ensure_table(wider)
 
-    assert wh.metadata_operations == 2
+    assert wh.metadata_operations == {table: 4}  # read + create, then read + patch
     assert wh.table_rows(table) == 3
     assert wh.query(f"SELECT DISTINCT country FROM {table}") == [{"country": None}]
     described = wh.describe_table(table)
@@ -234,14 +256,21 @@ def _repartitioned(spec: TableSpec) -> TableSpec:
     return dataclasses.replace(spec, partition_field="event_ts")
 
 
+def _reordered(spec: TableSpec) -> TableSpec:
+    # Columns are matched by position, as BigQuery does: same names in another order differ.
+    cols = spec.columns
+    return dataclasses.replace(spec, columns=(cols[1], cols[0], *cols[2:]))
+
+
 @pytest.mark.parametrize(
     ("change", "column", "words"),
     [
-        (_changed_type, "status", "VARCHAR"),
-        (_new_required, "country", "REQUIRED"),
-        (_removed, "referrer", "removed"),
-        (_relaxed, "site", "NULLABLE"),
-        (_repartitioned, "event_ts", "partition"),
+        (_changed_type, "status", "the spec says status STRING"),
+        (_new_required, "country", "only NULLABLE columns can be added"),
+        (_removed, "referrer", "the spec says user_agent"),
+        (_relaxed, "site", "the spec says site STRING NULLABLE"),
+        (_repartitioned, "event_ts", "partitioning cannot change"),
+        (_reordered, "event_ts", "column 1 is event_id STRING REQUIRED, the spec says event_ts"),
     ],
 )
 def test_ensure_table_refuses_incompatible_change(
@@ -251,14 +280,15 @@ def test_ensure_table_refuses_incompatible_change(
     with pytest.raises(SchemaMismatchError) as err:
         wh.ensure_table(change(pageviews_spec()))
     message = str(err.value)
-    assert "'pageviews'" in message and column in message and words in message
+    assert "table pageviews" in message and column in message and words in message
     described = wh.describe_table("pageviews")
     assert described is not None and described.fingerprint() == pageviews_spec().fingerprint()
 
 
 def test_internal_table_names_are_reserved(wh: DuckDBWarehouse) -> None:
-    with pytest.raises(ValueError, match="reserved"):
-        wh.ensure_table(dataclasses.replace(pageviews_spec(), name="_bq_platform_jobs"))
+    for name in ("_bq_platform_jobs", "_bq_platform_tables"):
+        with pytest.raises(ValueError, match="reserved"):
+            wh.ensure_table(dataclasses.replace(pageviews_spec(), name=name))
 
 
 # ----------------------------------------------------------------------- load jobs
@@ -294,6 +324,7 @@ def test_load_write_truncate_replaces_table_and_reads_back_utc(
 def test_load_ignores_hive_style_folders_in_paths(wh: DuckDBWarehouse, tmp_path: Path) -> None:
     # DuckDB would read "site=..." as a column and override the file's own site column.
     spec = stage_spec("full", HOUR)
+    wh.ensure_table(spec)
     uri = write_parquet(
         tmp_path / "site=other.org" / "hour=1995-08-01T04" / "part-0.parquet",
         pageviews(HOUR, 2, site="epa.gov"),
@@ -319,6 +350,7 @@ def test_load_accepts_naive_timestamps_as_utc_and_missing_nullable_columns(
         ]
     )
     spec = stage_spec("full", HOUR)
+    wh.ensure_table(spec)
     uri = write_parquet(tmp_path / "naive.parquet", rows, schema)
     assert wh.submit_job(load("job_naive", spec, [uri])).succeeded
     got = wh.query(f"SELECT min(event_ts) AS ts, count(user_agent) AS ua FROM {spec.name}")
@@ -357,10 +389,6 @@ def _missing_file(tmp_path: Path) -> list[str]:
     return [good, str(tmp_path / "bad" / "gone.parquet")]
 
 
-def _no_files(tmp_path: Path) -> list[str]:
-    return []
-
-
 @pytest.mark.parametrize(
     ("make_uris", "reason", "words"),
     [
@@ -369,7 +397,6 @@ def _no_files(tmp_path: Path) -> list[str]:
         (_missing_required, "invalid", "visitor_id"),
         (_null_in_required, "invalid", "site"),
         (_corrupt, "invalid", "corrupt.parquet"),
-        (_no_files, "invalid", "no source URIs"),
     ],
 )
 def test_failed_load_leaves_table_intact_and_records_failed_job(
@@ -393,6 +420,7 @@ def test_reused_job_id_raises_conflict_even_for_failed_jobs(
     wh: DuckDBWarehouse, tmp_path: Path
 ) -> None:
     spec = stage_spec("full", HOUR)
+    wh.ensure_table(spec)
     uri = write_parquet(tmp_path / "p.parquet", pageviews(HOUR, 2))
     assert wh.submit_job(load("job_1", spec, [uri])).succeeded
     assert not wh.submit_job(load("job_2", spec, [str(tmp_path / "missing.parquet")])).succeeded
@@ -477,32 +505,38 @@ def test_copy_with_row_of_another_day_fails_and_changes_nothing(
     status = wh.submit_job(CopyJob("c2", (good, mixed), "pageviews$19950801"))
 
     assert status.error_reason == "invalid"
-    assert mixed in (status.error_message or "") and "1995-08-02" in (status.error_message or "")
+    message = status.error_message or ""
+    assert (
+        "Some rows belong to different partitions rather than destination partition 19950801"
+        in message
+    )
+    assert "1995-08-02" in message
     assert event_ids(wh, "pageviews") == [f"a-1995080104-{i}" for i in range(3)]
 
 
-def test_copy_with_missing_source_is_not_found(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+def test_copy_with_missing_source_is_refused_before_it_runs(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
     wh.ensure_table(pageviews_spec())
     good = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
     assert wh.submit_job(CopyJob("c1", (good,), "pageviews$19950801")).succeeded
 
     sources = (good, "pageviews_stage_1995080105")
-    status = wh.submit_job(CopyJob("c2", sources, "pageviews$19950801"))
+    with pytest.raises(RuleViolation, match="pageviews_stage_1995080105 does not exist"):
+        wh.submit_job(CopyJob("c2", sources, "pageviews$19950801"))
 
-    assert status.error_reason == "notFound"
-    assert "pageviews_stage_1995080105" in (status.error_message or "")
+    assert wh.get_job("c2") is None
     assert wh.partition_rows("pageviews", DAY1) == 3
 
 
-def test_copy_into_missing_or_unpartitioned_destination_fails(
-    wh: DuckDBWarehouse, tmp_path: Path
-) -> None:
-    good = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
-    missing = wh.submit_job(CopyJob("c1", (good,), "pageviews$19950801"))
-    assert missing.error_reason == "notFound"
-    other = stage(wh, tmp_path, HOUR + dt.timedelta(hours=1), [], "s2")
-    flat = wh.submit_job(CopyJob("c2", (good,), f"{other}$19950801"))
-    assert flat.error_reason == "invalid" and "not partitioned" in (flat.error_message or "")
+def test_load_never_creates_its_table(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    # CREATE_NEVER, as the BigQuery adapter sends it: BigQuery fails the job with notFound.
+    uri = write_parquet(tmp_path / "p.parquet", pageviews(HOUR, 2))
+    status = wh.submit_job(load("job_1", stage_spec("full", HOUR), [uri]))
+
+    assert (status.done, status.error_reason) == (True, "notFound")
+    assert "loads never create tables" in (status.error_message or "")
+    assert not wh.table_exists(stage_spec("full", HOUR).name)
 
 
 def test_copy_write_append_empty_and_whole_table(wh: DuckDBWarehouse, tmp_path: Path) -> None:
@@ -515,20 +549,31 @@ def test_copy_write_append_empty_and_whole_table(wh: DuckDBWarehouse, tmp_path: 
     assert wh.submit_job(CopyJob("c3", (h4,), "pageviews$19950801", "WRITE_APPEND")).succeeded
     assert wh.partition_rows("pageviews", DAY1) == 6
 
-    # Without a decorator WRITE_TRUNCATE replaces the whole table; a new table is created
-    # with the source's schema.
+    # Without a decorator WRITE_TRUNCATE replaces the whole table (ensured first: CREATE_NEVER).
     assert wh.submit_job(CopyJob("c4", (h4,), "pageviews")).output_rows == 3
     assert wh.table_rows("pageviews") == 3
+    wh.ensure_table(dataclasses.replace(pageviews_spec(), name="pageviews_copy"))
     assert wh.submit_job(CopyJob("c5", (h4, h4), "pageviews_copy")).output_rows == 6
-    copy = wh.describe_table("pageviews_copy")
-    assert copy is not None and copy.column_names == tuple(c.name for c in PAGEVIEW_COLUMNS)
+    assert wh.partition_rows("pageviews_copy", DAY1) == 6
 
 
-def test_partition_rows_needs_a_partitioned_table(wh: DuckDBWarehouse) -> None:
+def test_table_info_from_metadata(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    assert wh.table_info("pageviews") is None
     assert wh.partition_rows("pageviews", DAY1) == 0  # missing table: empty
-    wh.ensure_table(stage_spec("full", HOUR))
-    with pytest.raises(WarehouseError, match="not partitioned"):
-        wh.partition_rows(stage_spec("full", HOUR).name, DAY1)
+    before = dt.datetime.now(UTC)
+    table = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+
+    info = wh.table_info(table)
+    assert info is not None and (info.table, info.rows) == (table, 3)
+    assert before <= info.created <= dt.datetime.now(UTC)
+    assert wh.partition_rows(table, DAY1) == 3  # stage tables are partitioned too
+    assert wh.partition_rows(table, DAY2) == 0
+    day = wh.table_info(f"{table}$19950801")
+    assert day is not None and (day.rows, day.created) == (3, info.created)
+
+    wh.ensure_table(TableSpec("flat", PAGEVIEW_COLUMNS))
+    with pytest.raises(RuleViolation, match="flat is not partitioned"):
+        wh.partition_rows("flat", DAY1)
 
 
 # ----------------------------------------------------------------------- job lookups
@@ -578,7 +623,28 @@ def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
     assert got == dataclasses.replace(second, published_at=dt.datetime(2024, 1, 2, 12, tzinfo=UTC))
     assert got is not None and got.published_at.tzinfo is UTC
     assert wh.read_publish_record("pageviews", "19950802") is None
-    assert len(wh.query("SELECT * FROM _bq_platform_published")) == 1
+
+    # Append-only, read back latest-wins: a late writer of an older record does not win.
+    wh.write_publish_record(dataclasses.replace(first, job_id="job_late"))
+    assert wh.read_publish_record("pageviews", "19950801") == got
+    rows = wh.query("SELECT * FROM _bq_platform_published ORDER BY published_at, job_id")
+    assert [r["job_id"] for r in rows] == ["job_g0", "job_late", "job_g1"]
+    assert (
+        list(rows[0])
+        == [c.name for c in LEDGER_COLUMNS]
+        == [
+            "destination",
+            "partition_key",
+            "job_id",
+            "fingerprint",
+            "row_count",
+            "published_at",
+        ]
+    )
+    # The same time twice: the larger job ID wins, so every reader picks the same row.
+    wh.write_publish_record(dataclasses.replace(second, job_id="job_g2"))
+    latest = wh.read_publish_record("pageviews", "19950801")
+    assert latest is not None and latest.job_id == "job_g2"
     with pytest.raises(ValueError, match="timezone-aware"):
         wh.write_publish_record(dataclasses.replace(first, published_at=dt.datetime(2024, 1, 1)))
 
@@ -607,7 +673,7 @@ def test_replace_audit_rows_replaces_exactly_the_given_hours(wh: DuckDBWarehouse
     ]
     assert all(r["hour"].tzinfo is UTC and r["event_date"] == DAY1 for r in rows)
     assert [r["site"] for r in wh.audit_rows(h5, h6)] == ["b.org"]
-    assert wh.metadata_operations == 1  # audit table ensured once
+    assert wh.metadata_operations == {"pageviews_audit": 2}  # ensured once: read + create
 
 
 def test_audit_rows_before_any_audit_is_empty(wh: DuckDBWarehouse) -> None:
@@ -634,7 +700,7 @@ def test_replace_audit_rows_is_atomic(wh: DuckDBWarehouse, monkeypatch: pytest.M
         [audit(HOUR, "a.org", 2) | {"run_id": None}],
         schema=pa.schema([pa.field(c.name, ARROW[c.type]) for c in spec.columns]),
     )
-    monkeypatch.setattr(DuckDBWarehouse, "_audit_arrow", staticmethod(lambda *a: broken))
+    monkeypatch.setattr(duckdb_module, "_audit_arrow", lambda *a: broken)
 
     with pytest.raises(Exception, match="NOT NULL"):
         wh.replace_audit_rows([HOUR], [audit(HOUR, "a.org", 2)])
@@ -742,7 +808,7 @@ def test_results_are_utc_whatever_the_machine_time_zone(
     table = stage(wh, tmp_path, midnight, pageviews(midnight + dt.timedelta(minutes=30), 2), "s1")
     assert wh.submit_job(CopyJob("c1", (table,), "pageviews$19950801")).succeeded
     wh.close()  # release the file: the reader below is another process
-    env = os.environ | {"TZ": "America/New_York", "PYTHONPATH": str(Path(__file__).parents[2])}
+    env = os.environ | {"TZ": "America/New_York", "PYTHONPATH": str(Path(__file__).parents[3])}
     out = subprocess.run(
         [sys.executable, "-c", _OTHER_ZONE, str(wh.path), table],
         env=env,

@@ -1,0 +1,93 @@
+"""The daily completeness report: is every hour of the day there, and what does it hold?"""
+
+import time
+
+import dagster as dg
+
+from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.metadata import OWNERS
+from bq_platform.defs.partitions import daily_partitions, partition_hours
+from bq_platform.defs.resources import ObjectStoreResource, WarehouseResource
+from bq_platform.defs.warehouse.assets import pageviews_audit
+from bq_platform.lib.completeness import hour_status, markdown_report, render_png
+from bq_platform.lib.hours import hour_label
+from bq_platform.lib.publish import read_hour_manifest
+
+COMPLETENESS_CHECK = "all_hours_complete"
+REPORT_PREFIX = "reports/completeness"
+
+
+def report_key(day: str) -> str:
+    """Object-store key of a day's completeness picture (``reports/completeness/day=D.png``)."""
+    return f"{REPORT_PREFIX}/day={day}.png"
+
+
+@dg.asset(
+    key=["reports", "pageviews_completeness"],
+    deps=[pageviews_audit],
+    partitions_def=daily_partitions,
+    group_name="reports",
+    owners=OWNERS,
+    kinds={"python", "matplotlib"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            COMPLETENESS_CHECK,
+            asset=["reports", "pageviews_completeness"],
+            partitions_def=daily_partitions,
+            description="All 24 hours of the day are built from the current landed content, "
+            "audited, and balanced for every site. Fails naming the hours that are not.",
+        )
+    ],
+)
+def pageviews_completeness(
+    context: dg.AssetExecutionContext,
+    object_store: ObjectStoreResource,
+    warehouse: WarehouseResource,
+):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
+    """Per UTC day: source lines, pageviews and rejected lines per site and hour, as a table, a
+    24-hour bar chart per site (in the UI) and a PNG picture (path in the metadata), so a gap
+    (an hour without data, not built, or unbalanced) is seen at a glance. Read from the audit
+    table and the hour manifests; it writes no table."""
+    started = time.monotonic()
+    store, wh = object_store.get_store(), warehouse.get_warehouse()
+    hours = partition_hours(context)
+    day = hours[0].date()
+    rows = wh.audit_rows(hours[0], hours[-1] + (hours[1] - hours[0]))
+    fingerprints = {}
+    for hour in hours:
+        manifest = read_hour_manifest(store, hour)
+        if manifest is not None:
+            fingerprints[hour_label(hour)] = manifest.fingerprint
+    status = hour_status(day, rows, fingerprints)
+    key = report_key(context.partition_key)
+    store.write_bytes(key, render_png(day, rows, status))
+    problems = [f"{h}: not built or not audited" for h in status.missing] + [
+        f"{h}: accounting does not balance" for h in status.unbalanced
+    ]
+    result = dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(markdown_report(day, rows, status)),
+            "picture": dg.MetadataValue.path(store.uri(key)),
+            "complete_hours": status.complete_hours,
+            "empty_hours": len(status.empty),
+            "sites": len({r["site"] for r in rows}),
+            "source_lines": sum(r["source_lines"] for r in rows),
+            "pageviews": sum(r["pageviews"] for r in rows),
+            "rejected": sum(r["rejected"] for r in rows),
+            "duration_seconds": round(time.monotonic() - started, 2),
+        }
+    )
+    check = PartitionCheck(
+        check_name=COMPLETENESS_CHECK,
+        partition=context.partition_key,
+        passed=status.complete,
+        description=f"{status.complete_hours}/24 hours complete"
+        + (": " + "; ".join(problems[:6]) if problems else ""),
+        metadata={
+            **comparison(24, status.complete_hours),
+            "hours": dg.MetadataValue.json(problems),
+            "picture": dg.MetadataValue.path(store.uri(key)),
+        },
+        severity=dg.AssetCheckSeverity.WARN,
+    )
+    return report(context, result, [check])

@@ -1,0 +1,228 @@
+"""The local Dagster instance of ``bq-platform``: its config, one-time set-up, and one run at a time.
+
+Dagster keeps run history in SQLite files under ``$DAGSTER_HOME``. Creating them is not safe
+to do from two processes at once: two ``bq-platform run`` on a fresh data folder raced on the
+schema (``table secondary_indexes already exists``), and the loser left two alembic heads
+(``Version table 'alembic_version' has more than one head present``) that broke every later
+run (issue 7). So:
+
+- :func:`ensure_dagster_home` writes ``dagster.yaml`` (:data:`DAGSTER_YAML`) when missing, and
+  appends the blocks an older file lacks (run monitoring, run queue and pool limits), never
+  changing a key the operator set;
+- :func:`run_lock` is an exclusive ``fcntl.flock`` on ``$DAGSTER_HOME/bq_platform.run.lock``:
+  ``bq-platform run`` holds it for its whole run, so the instance is created and migrated by one
+  process only, and a second ``run`` *waits* for the first (bounded, with a message) instead of
+  racing it. The kernel releases the lock when its holder dies, even by ``kill -9``;
+- :func:`fail_dead_runs`: with the lock held, no other ``bq-platform run`` is alive, so a run
+  the CLI started that is still ``STARTED`` was killed. It is marked failed and its pool slots
+  are freed (a slot held by a dead run would block the ``warehouse`` pool for ever).
+"""
+
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import dagster as dg
+import yaml
+
+log = logging.getLogger(__name__)
+
+RUN_LOCK_NAME = "bq_platform.run.lock"
+#: Tag of the runs ``bq-platform run`` starts, and of the process that ran them.
+TRIGGER_TAG = "bq_platform/trigger"
+PID_TAG = "bq_platform/pid"
+CLI_TRIGGER = "cli"
+#: How long a second ``bq-platform run`` waits for the first by default (seconds).
+DEFAULT_LOCK_WAIT_SECONDS = 3600.0
+_LOCK_POLL_SECONDS = 0.5
+
+#: Top-level blocks of the local instance config, each added to an existing dagster.yaml that
+#: lacks it. Keys: dagster 1.13 ``dagster/_core/instance/config.py``
+#: (``dagster_instance_config_schema``, ``get_concurrency_config``); docs.dagster.io,
+#: "Run monitoring" and "Managing concurrency". Production values: docs/production.md.
+INSTANCE_BLOCKS: dict[str, str] = {
+    "telemetry": """\
+telemetry:
+  enabled: false
+""",
+    "run_monitoring": """\
+# The daemon (dagster dev / dagster-daemon) marks runs whose worker died as failed. The default
+# run launcher cannot probe a worker, so a dead run is caught by max_runtime_seconds (a local
+# day takes minutes); `bq-platform run` marks its own killed runs failed at once (see README).
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 180
+  max_runtime_seconds: 21600
+  poll_interval_seconds: 60
+  free_slots_after_run_end_seconds: 60
+""",
+    "concurrency": """\
+# One 2-core machine: one queued run at a time (Spark uses every core), and one step at a time
+# in each pool, e.g. `warehouse` (DuckDB has one writer).
+concurrency:
+  runs:
+    max_concurrent_runs: 1
+  pools:
+    default_limit: 1
+""",
+}
+
+DAGSTER_YAML = (
+    "# Local Dagster instance of bq_platform (written by bq-platform; edit freely: a block you\n"
+    "# remove is added back, a value you change is kept).\n" + "".join(INSTANCE_BLOCKS.values())
+)
+#: Top-level keys that make our ``concurrency.runs`` block invalid (dagster refuses both).
+_RUN_QUEUE_CONFLICTS = ("run_queue", "run_coordinator")
+
+
+def dagster_home(default: Path) -> Path:
+    """``$DAGSTER_HOME`` if set, else ``default``; created, resolved, and exported."""
+    home = Path(os.environ.get("DAGSTER_HOME") or default).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def ensure_dagster_yaml(home: Path) -> list[str]:
+    """Write ``home/dagster.yaml``, or add the :data:`INSTANCE_BLOCKS` it lacks.
+
+    Existing keys are never changed; blocks are appended as text, so comments survive. The
+    ``concurrency`` block is left out when the file configures ``run_queue`` or
+    ``run_coordinator`` (dagster refuses ``concurrency.runs`` next to them).
+
+    Returns:
+        The top-level keys added (empty when the file already had them all).
+
+    Raises:
+        ValueError: if the existing file is not a YAML mapping (names the file).
+    """
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(DAGSTER_YAML)
+        return list(INSTANCE_BLOCKS)
+    text = config.read_text()
+    try:
+        current = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{config}: not valid YAML ({exc}); fix or delete it") from exc
+    if not isinstance(current, dict):
+        raise ValueError(f"{config}: expected a YAML mapping of instance settings")
+    added = [
+        key
+        for key in INSTANCE_BLOCKS
+        if key not in current
+        and not (key == "concurrency" and any(k in current for k in _RUN_QUEUE_CONFLICTS))
+    ]
+    if added:
+        blocks = "".join(INSTANCE_BLOCKS[key] for key in added)
+        config.write_text(text.rstrip("\n") + "\n\n# Added by bq-platform:\n" + blocks)
+        log.info("%s: added %s", config, ", ".join(added))
+    return added
+
+
+class RunLockTimeout(RuntimeError):
+    """Another ``bq-platform run`` held the run lock for longer than we were willing to wait."""
+
+
+@contextlib.contextmanager
+def run_lock(
+    home: Path,
+    wait_seconds: float = DEFAULT_LOCK_WAIT_SECONDS,
+    on_wait: Callable[[str], Any] | None = None,
+) -> Iterator[Path]:
+    """Hold the exclusive run lock of the instance in ``home`` for the ``with`` block.
+
+    Args:
+        home: the ``DAGSTER_HOME`` folder.
+        wait_seconds: how long to wait for a holder to finish; 0 refuses at once.
+        on_wait: called once with a message when the lock is busy (the CLI prints it).
+
+    Yields:
+        The lock file's path. It holds the holder's PID (for messages only; the lock is the
+        ``flock``, which the kernel drops when the holder exits or is killed).
+
+    Raises:
+        RunLockTimeout: if the lock is still held after ``wait_seconds``; the message names
+            the holder's PID and the lock file.
+    """
+    path = home / RUN_LOCK_NAME
+    with open(path, "a+") as handle:
+        _acquire(handle, path, wait_seconds, on_wait)
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            yield path
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _acquire(
+    handle: TextIO, path: Path, wait_seconds: float, on_wait: Callable[[str], Any] | None
+) -> None:
+    deadline = time.monotonic() + wait_seconds
+    told = False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            if time.monotonic() >= deadline:
+                raise RunLockTimeout(
+                    f"another bq-platform run (pid {holder}) is using this data folder "
+                    f"(lock {path}); gave up after {wait_seconds:.0f} s. Wait for it to finish, "
+                    "or raise --wait."
+                ) from None
+            if not told and on_wait is not None:
+                on_wait(
+                    f"another bq-platform run (pid {holder}) is using this data folder: waiting "
+                    f"up to {wait_seconds:.0f} s for it to finish"
+                )
+                told = True
+            time.sleep(_LOCK_POLL_SECONDS)
+
+
+def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark the CLI's runs that are still in progress as failed, and free their pool slots.
+
+    Call only while holding :func:`run_lock`: then no other ``bq-platform run`` is alive, so
+    an in-progress run tagged ``bq_platform/trigger=cli`` lost its process (``kill -9``, power
+    loss). Runs started by ``dagster dev`` are left to the daemon's run monitoring.
+
+    Returns:
+        The run IDs marked failed.
+    """
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[
+                dg.DagsterRunStatus.STARTED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.CANCELING,
+            ],
+            tags={TRIGGER_TAG: CLI_TRIGGER},
+        )
+    )
+    failed = []
+    for run in runs:
+        pid = run.tags.get(PID_TAG, "?")
+        instance.report_run_failed(
+            run,
+            f"The bq-platform process that ran this run (pid {pid}) is gone (killed or crashed); "
+            "marked failed by the next bq-platform run.",
+        )
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        failed.append(run.run_id)
+    return failed

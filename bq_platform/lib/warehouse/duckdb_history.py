@@ -1,0 +1,163 @@
+"""The job half of the DuckDB backend: run jobs and keep BigQuery's job history.
+
+:class:`DuckDBJobHistory` is mixed into :class:`~bq_platform.lib.warehouse.duckdb.
+DuckDBWarehouse`. Jobs run synchronously (:mod:`bq_platform.lib.warehouse.duckdb_jobs`), each
+in one transaction with its row in ``_bq_platform_jobs``, BigQuery's job history: a failed job
+leaves the destination as it was and is recorded DONE with BigQuery's error reason; reusing a
+job ID raises :class:`~bq_platform.lib.warehouse.base.JobConflictError` (HTTP 409).
+"""
+
+import datetime as dt
+import json
+import logging
+
+import duckdb
+
+from bq_platform.lib.warehouse import duckdb_jobs, rules
+from bq_platform.lib.warehouse.base import (
+    Job,
+    JobConflictError,
+    JobStatus,
+    LoadJob,
+    WarehouseError,
+)
+from bq_platform.lib.warehouse.duckdb_sql import _now, _rollback, _utc
+from bq_platform.lib.warehouse.schema import TableSpec
+
+log = logging.getLogger(__name__)
+
+JOBS_TABLE = "_bq_platform_jobs"
+
+
+class DuckDBJobHistory:
+    """Jobs of :class:`~bq_platform.lib.warehouse.duckdb.DuckDBWarehouse` (a mixin)."""
+
+    def get_job(self, job_id: str) -> JobStatus | None:
+        """Look a job up in the job history; None if no job has this ID."""
+        with self._connect() as con:
+            row = con.execute(
+                "SELECT job_id, state, error_reason, error_message, output_rows, labels, "
+                f"finished_at FROM {JOBS_TABLE} WHERE job_id = ?",
+                [job_id],
+            ).fetchone()
+        if row is None:
+            return None
+        return JobStatus(
+            job_id=row[0],
+            state=row[1],
+            error_reason=row[2],
+            error_message=row[3],
+            output_rows=row[4],
+            labels=json.loads(row[5]),
+            ended=_utc(row[6]),
+        )
+
+    def _insert_job(self, job: Job) -> JobStatus:
+        """Run a validated load or copy job synchronously; return its DONE status.
+
+        The job's data change and its history row commit in one transaction. If the job
+        fails, the data change is rolled back (the destination is unchanged) and a DONE row
+        with BigQuery's error reason is recorded; a failed job is returned, not raised.
+
+        Raises:
+            JobConflictError: if a job with this ID exists already (HTTP 409).
+            WarehouseError: if the file stays locked or the history cannot be written.
+        """
+        kind = "load" if isinstance(job, LoadJob) else "copy"
+        created_at = _now()
+        rows: int | None = None
+        reason = message = None
+        with self._connect() as con:
+            exists = con.execute(
+                f"SELECT count(*) FROM {JOBS_TABLE} WHERE job_id = ?", [job.job_id]
+            ).fetchone()
+            if exists and exists[0]:
+                raise JobConflictError(
+                    f"job {job.job_id} already exists (409 duplicate); look it up instead"
+                )
+            con.begin()
+            try:
+                run = duckdb_jobs.run_load if isinstance(job, LoadJob) else duckdb_jobs.run_copy
+                rows = run(con, job, lambda name: self._spec_or_none(con, name))  # type: ignore[arg-type]
+            except Exception as exc:  # every failure becomes a failed job, as in BigQuery
+                _rollback(con)
+                reason, message = duckdb_jobs.classify(exc)
+                message = f"{kind} job {job.job_id} -> {job.destination}: {message}"
+                log.warning("%s", message, exc_info=exc if reason == "internalError" else None)
+                con.begin()
+            status = self._record_job(con, job, kind, created_at, rows, reason, message)
+            con.commit()
+        if reason is None:
+            log.debug("%s job %s -> %s: %d rows", kind, job.job_id, job.destination, rows)
+        return status
+
+    def _spec_or_none(self, con: duckdb.DuckDBPyConnection, table: str) -> TableSpec | None:
+        found = self._spec_in(con, table)
+        return found[0] if found else None
+
+    @staticmethod
+    def _record_job(
+        con: duckdb.DuckDBPyConnection,
+        job: Job,
+        kind: str,
+        created_at: dt.datetime,
+        output_rows: int | None,
+        reason: str | None,
+        message: str | None,
+    ) -> JobStatus:
+        """Insert the job's DONE history row inside the caller's transaction."""
+        table, day = rules.split_destination(job.destination)
+        partition = f"{day:%Y%m%d}" if day else str(job.labels.get("partition", ""))
+        labels = dict(sorted(job.labels.items()))
+        ended = _now()
+        try:
+            con.execute(
+                f"INSERT INTO {JOBS_TABLE} VALUES (?, ?, ?, ?, 'DONE', ?, ?, ?, ?, ?, ?)",
+                [
+                    job.job_id,
+                    kind,
+                    table,
+                    partition,
+                    reason,
+                    message,
+                    output_rows,
+                    json.dumps(labels),
+                    created_at,
+                    ended,
+                ],
+            )
+        except duckdb.ConstraintException as exc:
+            _rollback(con)
+            raise JobConflictError(f"job {job.job_id} already exists (409 duplicate)") from exc
+        return JobStatus(
+            job_id=job.job_id,
+            state="DONE",
+            error_reason=reason,
+            error_message=message,
+            output_rows=output_rows,
+            labels=labels,
+            ended=ended,
+        )
+
+    def wait_job(self, job_id: str, timeout_s: float = 3600.0) -> JobStatus:
+        """Return the job's status; local jobs are synchronous, so it is already DONE.
+
+        Raises:
+            WarehouseError: if no job has this ID.
+        """
+        status = self.get_job(job_id)
+        if status is None:
+            raise WarehouseError(f"no job {job_id!r} in the warehouse's job history")
+        return status
+
+    def jobs_submitted(self, table: str, day: dt.date) -> int:
+        """Jobs (failed ones too, as BigQuery counts them) with destination ``table`` created
+        on UTC ``day``, from the job history."""
+        start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+        with self._connect() as con:
+            row = con.execute(
+                f"SELECT count(*) FROM {JOBS_TABLE} WHERE destination = ? "
+                "AND created_at >= ? AND created_at < ?",
+                [table, start, start + dt.timedelta(days=1)],
+            ).fetchone()
+        return int(row[0]) if row else 0

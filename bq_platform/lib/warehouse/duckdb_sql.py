@@ -1,0 +1,193 @@
+"""The SQL half of the DuckDB backend: publish-ledger rows, the audit table, read queries.
+
+:class:`DuckDBSql` is mixed into :class:`~bq_platform.lib.warehouse.duckdb.DuckDBWarehouse`,
+which provides ``_connect``, ``_transaction``, ``_columns`` and ``ensure_table``. The ledger
+is append-only and read latest-wins (:mod:`bq_platform.lib.warehouse.ledger`), as in BigQuery;
+the audit rows of some hours are replaced in one transaction.
+"""
+
+import datetime as dt
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from bq_platform.lib.warehouse import ledger, rules
+from bq_platform.lib.warehouse.base import WarehouseError
+from bq_platform.lib.warehouse.duckdb_jobs import duckdb_type, ident
+from bq_platform.lib.warehouse.schema import AUDIT_TABLE, TableSpec, audit_spec
+
+log = logging.getLogger(__name__)
+
+_READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+_ARROW_TYPES: Mapping[str, pa.DataType] = {
+    "VARCHAR": pa.string(),
+    "BLOB": pa.binary(),
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP": pa.timestamp("us"),
+    "DATE": pa.date32(),
+}
+
+
+def _utc(value: Any) -> Any:
+    """Aware datetimes (DuckDB returns pytz zones) -> ``datetime.UTC``; anything else as is."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC)
+    return value
+
+
+def _require_aware(value: dt.datetime, what: str) -> dt.datetime:
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValueError(f"{what} must be a timezone-aware datetime (UTC), got {value!r}")
+    return value.astimezone(dt.UTC)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class DuckDBSql:
+    """Ledger, audit and query SQL of :class:`~bq_platform.lib.warehouse.duckdb.DuckDBWarehouse`."""
+
+    # ----------------------------------------------------------------- publish ledger
+
+    def _ledger_rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
+        with self._connect() as con:
+            cursor = con.execute(
+                f"SELECT * FROM {ident(ledger.PUBLISH_LEDGER_TABLE)} "
+                "WHERE destination = ? AND partition_key = ?",
+                [destination, partition],
+            )
+            return _dicts(cursor)
+
+    def _append_ledger_row(self, row: Mapping[str, Any]) -> None:
+        names = [c.name for c in ledger.LEDGER_COLUMNS]
+        with self._connect() as con:
+            con.execute(
+                f"INSERT INTO {ident(ledger.PUBLISH_LEDGER_TABLE)} "
+                f"({', '.join(ident(n) for n in names)}) VALUES ({', '.join('?' for _ in names)})",
+                [row[n] for n in names],
+            )
+
+    # ----------------------------------------------------------------- audit table
+
+    def replace_audit_rows(
+        self, hours: Sequence[dt.datetime], rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Atomically replace the ``pageviews_audit`` rows of ``hours`` with ``rows``.
+
+        One transaction deletes every row whose ``hour`` is in ``hours`` and inserts ``rows``
+        (dicts keyed by the audit columns, see :func:`bq_platform.lib.accounting.audit_records`).
+
+        Raises:
+            ValueError: if an hour or a TIMESTAMP value is naive, a row's ``hour`` is not in
+                ``hours`` (a later replace would then leave it behind), a key is unknown or a
+                REQUIRED value is missing.
+        """
+        spec = audit_spec()
+        hour_set = {_require_aware(h, "hour") for h in hours}
+        table = _audit_arrow(spec, rows, hour_set)
+        self.ensure_table(spec)
+        with self._transaction() as con:
+            con.execute(
+                f"DELETE FROM {ident(AUDIT_TABLE)} "
+                "WHERE list_contains(CAST(? AS TIMESTAMP WITH TIME ZONE[]), hour)",
+                [sorted(hour_set)],
+            )
+            con.register("_bq_platform_audit_rows", table)
+            try:
+                columns = ", ".join(ident(c.name) for c in spec.columns)
+                con.execute(
+                    f"INSERT INTO {ident(AUDIT_TABLE)} ({columns}) "
+                    f"SELECT {columns} FROM _bq_platform_audit_rows"
+                )
+            finally:
+                con.unregister("_bq_platform_audit_rows")
+
+    def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
+        """``pageviews_audit`` rows with ``start <= hour < end``, ordered by hour and site.
+
+        Returns:
+            One dict per row keyed by column; ``hour`` is an aware UTC datetime, ``event_date``
+            a date. Empty if the audit table does not exist yet.
+        """
+        start = _require_aware(start, "start")
+        end = _require_aware(end, "end")
+        with self._connect() as con:
+            if not self._columns(con, AUDIT_TABLE):
+                return []
+            cursor = con.execute(
+                f"SELECT * FROM {ident(AUDIT_TABLE)} WHERE hour >= ? AND hour < ? "
+                "ORDER BY hour, site",
+                [start, end],
+            )
+            return _dicts(cursor)
+
+    # ----------------------------------------------------------------- reads
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Run one read-only statement (``SELECT``/``WITH``/``DESCRIBE``/``EXPLAIN``).
+
+        Values go in ``params`` (``?`` placeholders); identifiers cannot be parameters, so
+        they must come from validated configuration or the schema module.
+
+        Returns:
+            One dict per row; aware timestamps are returned in ``datetime.UTC``.
+
+        Raises:
+            ValueError: if ``sql`` is not exactly one read statement.
+            WarehouseError: if DuckDB rejects the statement.
+        """
+        try:
+            statements = duckdb.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise WarehouseError(f"cannot parse query: {exc}") from exc
+        if len(statements) != 1 or statements[0].type not in _READ_STATEMENTS:
+            raise ValueError("query() runs exactly one read-only statement (SELECT, EXPLAIN)")
+        with self._connect() as con:
+            try:
+                cursor = con.execute(sql, list(params) if params is not None else None)
+            except duckdb.Error as exc:
+                raise WarehouseError(f"query failed: {exc}") from exc
+            return _dicts(cursor)
+
+
+def _audit_arrow(
+    spec: TableSpec, rows: Sequence[Mapping[str, Any]], hours: set[dt.datetime]
+) -> pa.Table:
+    names = set(spec.column_names)
+    for index, row in enumerate(rows):
+        unknown = set(row) - names
+        if unknown:
+            raise ValueError(f"audit row {index}: unknown columns {sorted(unknown)}")
+        for column in spec.columns:
+            value = row.get(column.name)
+            if value is None and rules.normalize_mode(column.mode) == "REQUIRED":
+                raise ValueError(f"audit row {index}: REQUIRED column {column.name!r} is missing")
+            if column.type == "TIMESTAMP" and value is not None:
+                _require_aware(value, f"audit row {index} {column.name}")
+        if _require_aware(row["hour"], "hour") not in hours:
+            raise ValueError(
+                f"audit row {index}: hour {row['hour']} is not among the hours being replaced"
+            )
+    schema = pa.schema([pa.field(c.name, _ARROW_TYPES[duckdb_type(c)]) for c in spec.columns])
+    return pa.Table.from_pylist(
+        [{c: row.get(c) for c in spec.column_names} for row in rows], schema=schema
+    )
+
+
+def _dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, map(_utc, row), strict=True)) for row in cursor.fetchall()]
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.rollback()
+    except duckdb.Error:  # the transaction may already be gone (connection invalidated)
+        log.debug("rollback failed", exc_info=True)

@@ -1,0 +1,105 @@
+"""The publish ledger: one schema, append-only, read back latest-wins.
+
+Every warehouse keeps ``_bq_platform_published``: one row per job that put content into a
+destination partition (job ID, content fingerprint, rows, time). Rows are only ever appended
+and the latest row of a partition wins, so concurrent runs never issue a mutating DML
+statement on the table: BigQuery serializes UPDATE, DELETE and MERGE per table and fails the
+loser with "Could not serialize access to table ... due to concurrent update" (reason
+``invalidQuery``; wepay/kafka-connect-bigquery issue 279), while INSERT statements do not
+conflict (cloud.google.com/bigquery/docs/data-manipulation-language#concurrent_jobs). Job
+labels carry the same facts with every job (kept 180 days in BigQuery's job history).
+"""
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bq_platform.lib.warehouse.schema import Column, TableSpec
+
+PUBLISH_LEDGER_TABLE = "_bq_platform_published"
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishRecord:
+    """What was last published into a destination partition, for later runs and auditors.
+
+    Attributes:
+        destination: table name (``pageviews``, ``pageviews_stage_1995080104``...).
+        partition: ``YYYYMMDD`` or ``YYYYMMDDHH``; ``""`` for a whole table.
+        job_id: the job that wrote it.
+        fingerprint: content fingerprint the job ID was built from.
+        rows: rows written.
+        published_at: UTC time of the record.
+    """
+
+    destination: str
+    partition: str
+    job_id: str
+    fingerprint: str
+    rows: int
+    published_at: dt.datetime
+
+
+LEDGER_COLUMNS: tuple[Column, ...] = (
+    Column("destination", "STRING", "REQUIRED", "Destination table, no decorator."),
+    Column("partition_key", "STRING", "REQUIRED", "YYYYMMDD, YYYYMMDDHH or ''."),
+    Column("job_id", "STRING", "REQUIRED", "Job that wrote the partition."),
+    Column("fingerprint", "STRING", "REQUIRED", "Content fingerprint of the job ID."),
+    Column("row_count", "INT64", "REQUIRED", "Rows the job wrote."),
+    Column("published_at", "TIMESTAMP", "REQUIRED", "UTC time of the record."),
+)
+
+
+def publish_ledger_spec() -> TableSpec:
+    """The ledger table's spec, the same in every warehouse."""
+    return TableSpec(
+        name=PUBLISH_LEDGER_TABLE,
+        columns=LEDGER_COLUMNS,
+        clustering=("destination", "partition_key"),
+        labels={"app": "bq_platform", "role": "ledger"},
+        description="Append-only: what bq_platform published into each destination partition; "
+        "the latest row of a partition (by published_at) is current.",
+    )
+
+
+def to_row(record: PublishRecord) -> dict[str, Any]:
+    """A :class:`PublishRecord` as a ledger row.
+
+    Raises:
+        ValueError: if ``published_at`` is naive.
+    """
+    if record.published_at.tzinfo is None:
+        raise ValueError(f"published_at must be timezone-aware UTC, got {record.published_at!r}")
+    return {
+        "destination": record.destination,
+        "partition_key": record.partition,
+        "job_id": record.job_id,
+        "fingerprint": record.fingerprint,
+        "row_count": int(record.rows),
+        "published_at": record.published_at.astimezone(dt.UTC),
+    }
+
+
+def latest(rows: Iterable[Mapping[str, Any]]) -> PublishRecord | None:
+    """The current :class:`PublishRecord` of some ledger rows (latest ``published_at``; ties
+    broken by job ID, so every reader picks the same row), or None."""
+    best = None
+    for row in rows:
+        stamp = row["published_at"]
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=dt.UTC)
+        key = (stamp.astimezone(dt.UTC), row["job_id"])
+        if best is None or key > best[0]:
+            best = (key, row)
+    if best is None:
+        return None
+    (stamp, _), row = best
+    return PublishRecord(
+        destination=row["destination"],
+        partition=row["partition_key"],
+        job_id=row["job_id"],
+        fingerprint=row["fingerprint"],
+        rows=int(row["row_count"]),
+        published_at=stamp,
+    )

@@ -1,0 +1,456 @@
+"""BigQuery's documented constraints on table specs and jobs, in one place, with their sources.
+
+Neither bqemulator nor the local DuckDB warehouse enforces these, so a request that BigQuery
+refuses passes every offline test unless our own code refuses it first. Both warehouses call
+:func:`check_table_spec` before they create or patch a table and :func:`check_load_job` /
+:func:`check_copy_job` before they submit a job (see
+:class:`bq_platform.lib.warehouse.base.Warehouse`), so a local run fails where BigQuery would,
+with the same message. Each rule names its source; when a rule changes in BigQuery, change it
+here and in ``bq_platform_tests/lib/warehouse/test_rules.py``.
+
+Sources (all on cloud.google.com unless stated):
+
+- job IDs: ``/bigquery/docs/running-jobs#generate-jobid`` ("letters, numbers, underscores, or
+  dashes ... maximum length is 1,024 characters");
+- labels: ``/bigquery/docs/labels-intro#requirements`` (at most 64 per resource; keys and values
+  at most 63 characters of lowercase letters, digits, ``_`` and ``-``; keys start with a
+  lowercase letter; we accept the ASCII subset of the international characters allowed);
+- table names: ``/bigquery/docs/tables#table_naming`` (up to 1,024 UTF-8 bytes; we accept
+  ``[A-Za-z_][A-Za-z0-9_]*``, a strict subset); column names:
+  ``/bigquery/docs/schemas#column_names`` (letters, digits, underscores, start with a letter
+  or underscore, at most 300 characters, unique ignoring case; we accept the ASCII subset);
+- partition decorators: ``/bigquery/docs/managing-partitioned-table-data`` (``$YYYYMMDD``
+  addresses a partition of a DAY-partitioned table only);
+- copy jobs: ``/bigquery/docs/managing-partitioned-tables#copy_partitions`` ("Modifying
+  partitioned tables": to copy into a column-partitioned table all sources must be partitioned
+  with the destination's specification; partitioned and non-partitioned sources cannot be
+  mixed; refused copies read ``400 Failed to copy Non partitioned table to Column partitioned
+  table: not supported``, quoted in apache/airflow PR 42130); clustering must match too
+  (apache/beam issue 34571); at most 1,200 source tables per copy job
+  (``/bigquery/quotas#copy_jobs``);
+- a write into ``table$YYYYMMDD`` may only hold that day's rows (BigQuery answers ``Some rows
+  belong to different partitions rather than destination partition YYYYMMDD``; see
+  mozilla/bigquery-etl PR 4419 for the error in the wild);
+- load jobs: at most 10,000 source URIs (``/bigquery/quotas#load_jobs``), at most one ``*``
+  wildcard per URI (``/bigquery/docs/batch-loading-data#load-wildcards``); we always send an
+  explicit schema (autodetect guesses types from a sample);
+- clustering: at most 4 columns, top-level, of a clusterable type
+  (``/bigquery/docs/clustered-tables#limitations``);
+- partitioning: a top-level ``DATE``, ``TIMESTAMP`` or ``DATETIME`` column
+  (``/bigquery/docs/partitioned-tables#date_timestamp_partitioned_tables``);
+  ``require_partition_filter`` only on a partitioned table (``/bigquery/docs/managing-
+  partitioned-tables#require-filter``);
+- columns: at most 10,000 per table (``/bigquery/quotas#table_limits``).
+"""
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from bq_platform.lib.warehouse.schema import Column, TableSpec
+
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,1024}$")
+TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
+COLUMN_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,299}$")
+LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_\-]{0,62}$")
+LABEL_VALUE_RE = re.compile(r"^[a-z0-9_\-]{0,63}$")
+DECORATOR_RE = re.compile(r"^(?P<table>[^$]+)\$(?P<partition>\d{8})$")
+
+MAX_LABELS = 64
+MAX_LOAD_URIS = 10_000
+MAX_COPY_SOURCES = 1_200
+MAX_CLUSTERING_COLUMNS = 4
+MAX_COLUMNS = 10_000
+
+#: Standard SQL type names we use, and the legacy names the API may return for them.
+TYPE_ALIASES: Mapping[str, str] = {
+    "INTEGER": "INT64",
+    "FLOAT": "FLOAT64",
+    "BOOLEAN": "BOOL",
+    "RECORD": "STRUCT",
+    "DECIMAL": "NUMERIC",
+    "BIGDECIMAL": "BIGNUMERIC",
+}
+KNOWN_TYPES = frozenset(
+    {"STRING", "BYTES", "INT64", "FLOAT64", "BOOL", "TIMESTAMP", "DATETIME", "DATE", "NUMERIC"}
+)
+PARTITION_TYPES = frozenset({"DATE", "TIMESTAMP", "DATETIME"})
+#: Clustering columns: top-level, not FLOAT64, BYTES... (clustered-tables#limitations).
+CLUSTER_TYPES = frozenset(
+    {"STRING", "INT64", "BOOL", "TIMESTAMP", "DATETIME", "DATE", "NUMERIC", "BIGNUMERIC"}
+)
+MODES = frozenset({"NULLABLE", "REQUIRED"})
+WRITE_DISPOSITIONS = frozenset({"WRITE_TRUNCATE", "WRITE_APPEND", "WRITE_EMPTY"})
+
+
+class RuleViolation(ValueError):
+    """A table spec or job that BigQuery would refuse; nothing was sent or run.
+
+    The message starts with ``BigQuery would refuse`` and names the table or job, the rule and
+    its source, so the local run and production fail with the same text.
+    """
+
+
+def _refuse(what: str, rule: str, source: str) -> RuleViolation:
+    return RuleViolation(f"BigQuery would refuse {what}: {rule} (source: {source})")
+
+
+def normalize_type(type_name: str | None) -> str:
+    """Upper-case standard SQL name of a column type (``INTEGER`` -> ``INT64``; None -> STRING)."""
+    name = (type_name or "STRING").upper()
+    return TYPE_ALIASES.get(name, name)
+
+
+def normalize_mode(mode: str | None) -> str:
+    """Upper-case column mode; None (as the API returns it) -> ``NULLABLE``."""
+    return (mode or "NULLABLE").upper()
+
+
+def split_destination(destination: str) -> tuple[str, dt.date | None]:
+    """``'pageviews$19950801'`` -> ``('pageviews', date(1995, 8, 1))``; no decorator -> None.
+
+    Raises:
+        RuleViolation: if the table name or the decorator is not valid.
+    """
+    match = DECORATOR_RE.match(destination)
+    table, partition = (match["table"], match["partition"]) if match else (destination, None)
+    check_table_name(table)
+    if partition is None:
+        return table, None
+    try:
+        return table, dt.datetime.strptime(partition, "%Y%m%d").date()
+    except ValueError:
+        raise _refuse(
+            f"destination {destination!r}",
+            "a partition decorator is a real date, $YYYYMMDD",
+            "/bigquery/docs/managing-partitioned-table-data",
+        ) from None
+
+
+def check_job_id(job_id: str) -> str:
+    """Return ``job_id`` if BigQuery accepts it.
+
+    Raises:
+        RuleViolation: unless it is 1-1,024 characters of ``[A-Za-z0-9_-]``.
+    """
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise _refuse(
+            f"job ID {job_id!r}",
+            "job IDs are 1-1,024 letters, digits, '_' or '-'",
+            "/bigquery/docs/running-jobs#generate-jobid",
+        )
+    return job_id
+
+
+def check_table_name(name: str) -> str:
+    """Return ``name`` if it is a table name we may send.
+
+    Raises:
+        RuleViolation: unless it matches ``[A-Za-z_][A-Za-z0-9_]{0,1023}``.
+    """
+    if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+        raise _refuse(
+            f"table name {name!r}",
+            "table names are letters, digits and '_' (we use the ASCII subset), <= 1,024",
+            "/bigquery/docs/tables#table_naming",
+        )
+    return name
+
+
+def check_labels(labels: Mapping[str, str], where: str) -> dict[str, str]:
+    """Return ``labels`` as a dict if BigQuery accepts them on ``where`` (a table or job).
+
+    A value of None is refused too: the API answers HTTP 500 to it (bqemulator does), which a
+    retry policy would repeat until its deadline.
+
+    Raises:
+        RuleViolation: for more than 64 labels, or a key or value out of the rules.
+    """
+    source = "/bigquery/docs/labels-intro#requirements"
+    if len(labels) > MAX_LABELS:
+        raise _refuse(where, f"{len(labels)} labels; at most {MAX_LABELS} per resource", source)
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
+            raise _refuse(
+                where,
+                f"label key {key!r}: keys are 1-63 lowercase letters, digits, '_' or '-', "
+                "starting with a letter",
+                source,
+            )
+        if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
+            raise _refuse(
+                where,
+                f"value {value!r} of label {key!r}: values are 0-63 lowercase letters, digits, "
+                "'_' or '-'",
+                source,
+            )
+        out[key] = value
+    return out
+
+
+def _check_columns(spec: TableSpec) -> dict[str, Column]:
+    what = f"table {spec.name}"
+    if not spec.columns:
+        raise _refuse(what, "a table needs at least one column", "/bigquery/docs/schemas")
+    if len(spec.columns) > MAX_COLUMNS:
+        raise _refuse(
+            what, f"{len(spec.columns)} columns; at most {MAX_COLUMNS:,}", "/bigquery/quotas"
+        )
+    by_name: dict[str, Column] = {}
+    seen: set[str] = set()
+    for column in spec.columns:
+        if not COLUMN_NAME_RE.match(column.name):
+            raise _refuse(
+                what,
+                f"column name {column.name!r}: letters, digits, '_', starting with a letter or "
+                "'_', <= 300 characters",
+                "/bigquery/docs/schemas#column_names",
+            )
+        if column.name.lower() in seen:
+            raise _refuse(
+                what,
+                f"column {column.name!r} twice: names are unique ignoring case",
+                "/bigquery/docs/schemas#column_names",
+            )
+        seen.add(column.name.lower())
+        if normalize_type(column.type) not in KNOWN_TYPES:
+            raise _refuse(
+                what,
+                f"column {column.name!r} has type {column.type!r}; use a standard SQL type "
+                f"({', '.join(sorted(KNOWN_TYPES))})",
+                "/bigquery/docs/schemas#standard_sql_data_types",
+            )
+        if normalize_mode(column.mode) not in MODES:
+            raise _refuse(
+                what,
+                f"column {column.name!r} has mode {column.mode!r}; NULLABLE or REQUIRED",
+                "/bigquery/docs/schemas#modes",
+            )
+        by_name[column.name] = column
+    return by_name
+
+
+def check_table_spec(spec: TableSpec) -> TableSpec:
+    """Return ``spec`` if BigQuery would create a table from it.
+
+    Checks the name, columns, DAY partitioning on a DATE/TIMESTAMP/DATETIME column, clustering
+    (at most 4 existing top-level columns of clusterable types), ``require_partition_filter``
+    only with partitioning, a positive expiration, and labels.
+
+    Raises:
+        RuleViolation: naming the table, the rule and its source.
+    """
+    check_table_name(spec.name)
+    columns = _check_columns(spec)
+    what = f"table {spec.name}"
+    if spec.partition_field is not None:
+        column = columns.get(spec.partition_field)
+        if column is None or normalize_type(column.type) not in PARTITION_TYPES:
+            raise _refuse(
+                what,
+                f"partition column {spec.partition_field!r} must be a top-level DATE, TIMESTAMP "
+                "or DATETIME column",
+                "/bigquery/docs/partitioned-tables#date_timestamp_partitioned_tables",
+            )
+    elif spec.require_partition_filter:
+        raise _refuse(
+            what,
+            "require_partition_filter needs a partitioned table",
+            "/bigquery/docs/managing-partitioned-tables#require-filter",
+        )
+    if len(spec.clustering) > MAX_CLUSTERING_COLUMNS:
+        raise _refuse(
+            what,
+            f"{len(spec.clustering)} clustering columns; at most {MAX_CLUSTERING_COLUMNS}",
+            "/bigquery/docs/clustered-tables#limitations",
+        )
+    if len(set(spec.clustering)) != len(spec.clustering):
+        raise _refuse(what, "a clustering column is named twice", "/bigquery/docs/clustered-tables")
+    for name in spec.clustering:
+        column = columns.get(name)
+        if column is None or normalize_type(column.type) not in CLUSTER_TYPES:
+            raise _refuse(
+                what,
+                f"clustering column {name!r} must be an existing top-level column of type "
+                f"{', '.join(sorted(CLUSTER_TYPES))}",
+                "/bigquery/docs/clustered-tables#limitations",
+            )
+    if spec.expiration_days is not None and spec.expiration_days <= 0:
+        raise _refuse(
+            what, "the expiration must be in the future", "/bigquery/docs/managing-tables"
+        )
+    check_labels(spec.labels, what)
+    return spec
+
+
+def check_destination(destination: str, spec: TableSpec, what: str) -> dt.date | None:
+    """The day of ``destination``'s partition decorator (or None) if ``spec`` allows it.
+
+    Raises:
+        RuleViolation: if ``destination`` names another table than ``spec``, or has a
+            ``$YYYYMMDD`` decorator while ``spec`` is not DAY-partitioned.
+    """
+    table, day = split_destination(destination)
+    if table != spec.name:
+        raise _refuse(what, f"destination {destination} is not table {spec.name}", "our specs")
+    if day is not None and spec.partition_field is None:
+        raise _refuse(
+            what,
+            f"{destination}: the partition decorator $YYYYMMDD needs a DAY-partitioned table, "
+            f"and {spec.name} is not partitioned",
+            "/bigquery/docs/managing-partitioned-table-data",
+        )
+    return day
+
+
+def _check_job_basics(job_id: str, labels: Mapping[str, str], disposition: str) -> None:
+    check_job_id(job_id)
+    check_labels(labels, f"job {job_id}")
+    if disposition not in WRITE_DISPOSITIONS:
+        raise _refuse(
+            f"job {job_id}",
+            f"write disposition {disposition!r}; one of {', '.join(sorted(WRITE_DISPOSITIONS))}",
+            "/bigquery/docs/reference/rest/v2/Job#JobConfigurationLoad",
+        )
+
+
+def check_load_job(
+    job_id: str,
+    destination: str,
+    source_uris: Sequence[str],
+    schema: TableSpec,
+    destination_spec: TableSpec,
+    write_disposition: str,
+    labels: Mapping[str, str],
+) -> None:
+    """Refuse a load job BigQuery would refuse.
+
+    Args:
+        job_id / destination / source_uris / write_disposition / labels: the job.
+        schema: the explicit schema the job sends (never autodetect).
+        destination_spec: the destination table's spec (as ensured).
+
+    Raises:
+        RuleViolation: no URI or more than 10,000, a URI with more than one ``*``, a schema
+            that is not the destination's columns, or a rule of :func:`check_destination`.
+    """
+    _check_job_basics(job_id, labels, write_disposition)
+    what = f"load job {job_id}"
+    if not source_uris:
+        raise _refuse(what, "a load job needs at least one source URI", "/bigquery/quotas")
+    if len(source_uris) > MAX_LOAD_URIS:
+        raise _refuse(
+            what,
+            f"{len(source_uris):,} source URIs; at most {MAX_LOAD_URIS:,} per load job (use one "
+            "wildcard URI per folder)",
+            "/bigquery/quotas#load_jobs",
+        )
+    for uri in source_uris:
+        if uri.count("*") > 1:
+            raise _refuse(
+                what,
+                f"{uri}: at most one '*' wildcard per URI",
+                "/bigquery/docs/batch-loading-data#load-wildcards",
+            )
+    check_destination(destination, destination_spec, what)
+    if _column_types(schema.columns) != _column_types(destination_spec.columns):
+        raise _refuse(
+            what,
+            f"its explicit schema differs from table {destination_spec.name}'s columns",
+            "/bigquery/docs/schemas#specifying_a_schema",
+        )
+
+
+def _column_types(columns: Iterable[Column]) -> list[tuple[str, str, str]]:
+    return [(c.name, normalize_type(c.type), normalize_mode(c.mode)) for c in columns]
+
+
+def check_copy_job(
+    job_id: str,
+    destination: str,
+    sources: Sequence[str],
+    source_specs: Mapping[str, TableSpec | None],
+    destination_spec: TableSpec,
+    write_disposition: str,
+    labels: Mapping[str, str],
+) -> None:
+    """Refuse a copy job BigQuery would refuse.
+
+    Args:
+        job_id / destination / sources / write_disposition / labels: the job.
+        source_specs: spec of each source table (without decorator); None if it is missing.
+        destination_spec: the destination table's spec.
+
+    Raises:
+        RuleViolation: no source or more than 1,200; a missing source; a source whose schema,
+            partitioning or clustering differs from the destination's (BigQuery: ``Failed to
+            copy Non partitioned table to Column partitioned table: not supported``); a rule
+            of :func:`check_destination`.
+    """
+    _check_job_basics(job_id, labels, write_disposition)
+    what = f"copy job {job_id}"
+    if not sources:
+        raise _refuse(what, "a copy job needs at least one source table", "/bigquery/quotas")
+    if len(sources) > MAX_COPY_SOURCES:
+        raise _refuse(
+            what,
+            f"{len(sources):,} source tables; at most {MAX_COPY_SOURCES:,} per copy job",
+            "/bigquery/quotas#copy_jobs",
+        )
+    check_destination(destination, destination_spec, what)
+    source_doc = "/bigquery/docs/managing-partitioned-tables#copy_partitions"
+    for source in sources:
+        name, _ = split_destination(source)
+        spec = source_specs.get(name)
+        if spec is None:
+            raise _refuse(what, f"source table {name} does not exist (404 Not found)", source_doc)
+        if spec.partition_field != destination_spec.partition_field:
+            if destination_spec.partition_field and not spec.partition_field:
+                rule = (
+                    f"source {name} is not partitioned and {destination_spec.name} is "
+                    "partitioned on a column: 'Failed to copy Non partitioned table to Column "
+                    "partitioned table: not supported'"
+                )
+            else:
+                rule = (
+                    f"source {name} is partitioned on {spec.partition_field or 'nothing'}, "
+                    f"{destination_spec.name} on {destination_spec.partition_field or 'nothing'}"
+                    ": every source's partitioning must match the destination's"
+                )
+            raise _refuse(what, rule, source_doc + " and apache/airflow PR 42130")
+        if tuple(spec.clustering) != tuple(destination_spec.clustering):
+            raise _refuse(
+                what,
+                f"source {name} is clustered by {list(spec.clustering)}, "
+                f"{destination_spec.name} by {list(destination_spec.clustering)}: clustering "
+                "must match",
+                "apache/beam issue 34571",
+            )
+        if _column_types(spec.columns) != _column_types(destination_spec.columns):
+            raise _refuse(
+                what,
+                f"source {name}'s schema differs from {destination_spec.name}'s",
+                "/bigquery/docs/managing-tables#copy-table",
+            )
+
+
+def check_partition_rows(
+    destination: str, day: dt.date, days_found: Iterable[dt.date | None]
+) -> None:
+    """Refuse a write into ``table$YYYYMMDD`` whose rows belong to other days.
+
+    BigQuery checks this itself while the job runs; the local warehouse calls this with the
+    partition values it found in the job's rows.
+
+    Raises:
+        RuleViolation: with BigQuery's error text, if a value is not ``day``.
+    """
+    others = sorted({str(d) for d in days_found if d != day})
+    if others:
+        raise _refuse(
+            f"the write into {destination}",
+            "Some rows belong to different partitions rather than destination partition "
+            f"{day:%Y%m%d} (found {', '.join(others[:3])})",
+            "mozilla/bigquery-etl PR 4419; /bigquery/docs/managing-partitioned-table-data",
+        )

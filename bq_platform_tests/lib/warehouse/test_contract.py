@@ -1,0 +1,374 @@
+"""The warehouse contract: one set of tests, run on DuckDB and on BigQuery (bqemulator + shim).
+
+Each test takes the ``backend`` fixture (:mod:`.contract_backends`) and asserts what both
+warehouses must do, as BigQuery does it: ensure/reconcile/409 on create, WRITE_TRUNCATE loads,
+the publish of a whole day (24 stage tables -> one copy into ``pageviews$YYYYMMDD``), job
+lookup and 409 on insert, the next generation after a failure, the expired stage table, the
+append-only ledger, metadata counts, and BigQuery's rules refused before anything is sent.
+Where bqemulator lacks a behaviour, :mod:`bq_platform_tests.bigquery_shim` gives it (each gap
+has a test in ``test_bigquery_warehouse.py`` that notices when the emulator learns it).
+"""
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bq_platform.lib.jobids import sha256_json
+from bq_platform.lib.jobs import run_idempotent_job
+from bq_platform.lib.warehouse import ledger
+from bq_platform.lib.warehouse.base import (
+    CopyJob,
+    JobConflictError,
+    JobFailedError,
+    JobStatus,
+    LoadJob,
+    PublishRecord,
+    SchemaMismatchError,
+    TableExistsError,
+    Warehouse,
+)
+from bq_platform.lib.warehouse.rules import MAX_LOAD_URIS, RuleViolation
+from bq_platform.lib.warehouse.schema import Column, TableSpec, pageviews_spec, stage_spec
+from bq_platform_tests import emulators
+from bq_platform_tests.lib.warehouse.contract_backends import (
+    Backend,
+    BigQueryBackend,
+    DuckDBBackend,
+    layout,
+    load_factory,
+    load_hour,
+    pageview_parquet,
+    publish,
+    stage,
+)
+
+gcs_emulator = emulators.gcs_emulator  # one of each emulator for this module
+bq_emulator = emulators.bq_emulator
+
+DAY = dt.date(1995, 8, 1)
+NEXT_DAY = DAY + dt.timedelta(days=1)
+HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in range(24)]
+
+
+@pytest.fixture(params=["duckdb", pytest.param("bigquery", marks=pytest.mark.emulator)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "duckdb":
+        made: Backend = DuckDBBackend(tmp_path)
+    else:
+        bq = request.getfixturevalue("bq_emulator")
+        gcs = request.getfixturevalue("gcs_emulator")
+        bucket = emulators.unique_name("bqp").replace("_", "-")
+        gcs.client().create_bucket(bucket)
+        made = BigQueryBackend(bq, gcs, bucket, emulators.unique_name("bqp"))
+    yield made
+    made.close()
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+
+def test_ensure_creates_tables_a_new_run_finds_them_unchanged(backend: Backend) -> None:
+    specs = [pageviews_spec(False), stage_spec("full", HOURS[4])]
+    first = backend.warehouse()
+    for spec in specs:
+        first.ensure_table(spec)
+    again = backend.warehouse()
+    for spec in specs:
+        again.ensure_table(spec)
+        assert layout(again.table_spec(spec.name)) == layout(spec)
+        assert again.table_rows(spec.name) == 0
+
+
+def test_additive_nullable_column_is_patched(backend: Backend) -> None:
+    v1 = stage_spec("full", HOURS[4])
+    backend.warehouse().ensure_table(v1)
+    v2 = dataclasses.replace(v1, columns=(*v1.columns, Column("country", "STRING")))
+    backend.warehouse().ensure_table(v2)
+    assert layout(backend.warehouse().table_spec(v1.name)) == layout(v2)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda s: dataclasses.replace(
+                s, columns=(*s.columns, Column("x", "STRING", "REQUIRED"))
+            ),
+            "only NULLABLE columns",
+        ),
+        (
+            lambda s: dataclasses.replace(
+                s, columns=(dataclasses.replace(s.columns[0], type="INT64"), *s.columns[1:])
+            ),
+            "column 1 is event_id STRING REQUIRED, the spec says event_id INT64 REQUIRED",
+        ),
+        (lambda s: dataclasses.replace(s, partition_field=None), "partitioned on event_date"),
+    ],
+    ids=["required-column", "type-change", "partitioning"],
+)
+def test_incompatible_change_raises_and_changes_nothing(
+    backend: Backend, change: Callable[[TableSpec], TableSpec], message: str
+) -> None:
+    spec = stage_spec("full", HOURS[4])
+    backend.warehouse().ensure_table(spec)
+    with pytest.raises(SchemaMismatchError, match=message):
+        backend.warehouse().ensure_table(change(spec))
+    assert layout(backend.warehouse().table_spec(spec.name)) == layout(spec)
+
+
+def test_409_on_create_reads_the_table_back(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer creates the table between our describe (missing) and our create."""
+    spec = stage_spec("full", HOURS[4])
+    late = backend.warehouse()
+    describe, create = late._describe_table, late._create_table
+    conflicts: list[Exception] = []
+
+    def racing_describe(table: str) -> TableSpec | None:
+        if not conflicts and table == spec.name:
+            found = describe(table)
+            backend.warehouse().ensure_table(spec)  # the other writer
+            return found
+        return describe(table)
+
+    def observed_create(created: TableSpec) -> None:
+        try:
+            create(created)
+        except TableExistsError as exc:
+            conflicts.append(exc)
+            raise
+
+    monkeypatch.setattr(late, "_describe_table", racing_describe)
+    monkeypatch.setattr(late, "_create_table", observed_create)
+    late.ensure_table(spec)
+    assert len(conflicts) == 1
+    assert layout(late.table_spec(spec.name)) == layout(spec)
+    if isinstance(backend, BigQueryBackend):
+        calls = backend.session_of(late).table_metadata_calls(spec.name)
+        assert [(c.method, c.status) for c in calls] == [("POST", 409), ("GET", 200)]
+
+
+# -- loads and jobs --------------------------------------------------------------------------
+
+
+def test_write_truncate_load_replaces_the_table(backend: Backend) -> None:
+    warehouse, hour = backend.warehouse(), HOURS[4]
+    table = stage_spec("full", hour).name
+    first = load_hour(backend, warehouse, hour, 5, "old")
+    second = load_hour(backend, warehouse, hour, 3, "new")
+    assert (first.action, second.action) == ("submitted", "submitted")
+    assert first.job_id != second.job_id
+    assert (first.rows, second.rows) == (5, 3)  # the job's own rows (GAP-OUTPUT-ROWS)
+    assert backend.event_ids(table) == [f"1995080104-new-{i}" for i in range(3)]
+    assert warehouse.table_rows(table) == 3
+
+
+def test_job_lookup_409_on_insert_and_adoption(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warehouse, hour = backend.warehouse(), HOURS[5]
+    uri = backend.put_file("staging/h5/part-0.parquet", pageview_parquet(hour, 4))
+    make = load_factory(hour, [uri], sha256_json(["h5"]))
+    warehouse.ensure_table(stage_spec("full", hour))
+    assert warehouse.get_job(make(0).job_id) is None
+    status = warehouse.submit_job(make(0))
+    found = warehouse.get_job(make(0).job_id)
+    assert found is not None and found.succeeded and found.output_rows == 4
+    assert status.job_id == found.job_id == make(0).job_id
+    with pytest.raises(JobConflictError):  # GAP-409 on the emulator
+        warehouse.submit_job(make(0))
+    assert backend.warehouse().table_rows(stage_spec("full", hour).name) == 4
+
+    # Another run inserted generation 0 of new content between our lookup and our insert.
+    other = load_factory(hour, [uri], sha256_json(["h5", "other run"]))
+    backend.warehouse().submit_job(other(0))
+    run = backend.warehouse()
+    real_get, hidden = run.get_job, [other(0).job_id]
+
+    def get_job_once_too_early(jid: str) -> JobStatus | None:
+        if jid in hidden:  # our lookup ran before the other run's insert
+            hidden.remove(jid)
+            return None
+        return real_get(jid)
+
+    monkeypatch.setattr(run, "get_job", get_job_once_too_early)
+    outcome = run_idempotent_job(
+        run, other, fingerprint=sha256_json(["h5", "other run"]), partition="1995080105"
+    )
+    assert (outcome.action, outcome.job_id, outcome.generation) == ("adopted", other(0).job_id, 0)
+
+
+def test_failed_load_changes_nothing_and_the_next_generation_runs(backend: Backend) -> None:
+    warehouse, hour = backend.warehouse(), HOURS[6]
+    table = stage_spec("full", hour).name
+    load_hour(backend, warehouse, hour, 4, "good")
+    key = "staging/h6-late/part-0.parquet"
+    fingerprint = sha256_json(["h6 late"])
+    make = load_factory(hour, [backend.uri(key)], fingerprint)
+    with pytest.raises(JobFailedError) as failed:  # the file is not there yet
+        run_idempotent_job(warehouse, make, fingerprint=fingerprint, partition="1995080106")
+    assert failed.value.status.error_reason in {"notFound", "invalid"}
+    # WRITE_TRUNCATE is atomic: the failed job left the table as it was (GAP-TRUNCATE).
+    assert backend.event_ids(table) == [f"1995080106-good-{i}" for i in range(4)]
+    backend.put_file(key, pageview_parquet(hour, 2, "late"))
+    outcome = run_idempotent_job(
+        backend.warehouse(), make, fingerprint=fingerprint, partition="1995080106"
+    )
+    assert (outcome.action, outcome.generation, outcome.rows) == ("submitted", 1, 2)
+    assert outcome.job_id == make(1).job_id
+    assert backend.event_ids(table) == [f"1995080106-late-{i}" for i in range(2)]
+
+
+def test_dropped_stage_table_is_loaded_again_not_skipped(backend: Backend) -> None:
+    hour = HOURS[7]
+    table = stage_spec("full", hour).name
+    first = load_hour(backend, backend.warehouse(), hour, 3)
+    backend.drop_table(table)  # expired (7 days) or dropped by an operator
+    rerun = backend.warehouse()
+    again = load_hour(backend, rerun, hour, 3)  # same content: same job ID family
+    assert (first.action, first.generation) == ("submitted", 0)
+    assert (again.action, again.generation) == ("submitted", 1)
+    assert rerun.table_rows(table) == 3
+    assert load_hour(backend, backend.warehouse(), hour, 3).action == "skipped"
+
+
+# -- the daily publish -----------------------------------------------------------------------
+
+
+def test_publish_of_a_whole_day(backend: Backend) -> None:
+    warehouse = backend.warehouse()
+    rows = {h: h.hour % 3 + 1 for h in HOURS}
+    for hour in HOURS:
+        stage(backend, warehouse, hour, rows[hour])
+    next_hours = [dt.datetime.combine(NEXT_DAY, dt.time(h), dt.UTC) for h in (0, 1)]
+    for hour in next_hours:
+        stage(backend, warehouse, hour, 5)
+    assert publish(warehouse, NEXT_DAY, next_hours, sha256_json(["d2"])).action == "submitted"
+    before = backend.activity(warehouse)
+    outcome = publish(warehouse, DAY, HOURS, sha256_json(["d1", 1]))
+    assert (outcome.action, outcome.rows) == ("submitted", sum(rows.values()))
+    if isinstance(backend, BigQueryBackend):  # one copy job for the 24 hours
+        sent = backend.session_of(warehouse).job_inserts()
+        copies = [b["configuration"]["copy"] for b in sent if "copy" in b["configuration"]]
+        assert len(copies) == 2 and len(copies[1]["sourceTables"]) == 24
+        assert copies[1]["destinationTable"]["tableId"] == "pageviews$19950801"
+        assert copies[1]["writeDisposition"] == "WRITE_TRUNCATE"
+    assert backend.activity(warehouse) > before
+    check = backend.warehouse()
+    assert check.partition_rows("pageviews", DAY) == sum(rows.values())
+    assert check.partition_rows("pageviews", NEXT_DAY) == 10  # the other day untouched
+    # Same content again: skipped. An hour rebuilt: the partition is replaced, not appended.
+    assert publish(check, DAY, HOURS, sha256_json(["d1", 1])).action == "skipped"
+    load_hour(backend, check, HOURS[5], 7, "rebuilt")
+    replaced = publish(check, DAY, HOURS, sha256_json(["d1", 2]))
+    assert replaced.action == "submitted"
+    want = sum(rows.values()) - rows[HOURS[5]] + 7
+    assert check.partition_rows("pageviews", DAY) == want
+    assert check.partition_rows("pageviews", NEXT_DAY) == 10
+    assert check.table_rows("pageviews") == want + 10
+    record = check.read_publish_record("pageviews", "19950801")
+    assert record is not None and (record.job_id, record.rows) == (replaced.job_id, want)
+
+
+def test_copy_with_rows_of_another_day_fails_and_changes_nothing(backend: Backend) -> None:
+    warehouse = backend.warehouse()
+    load_hour(backend, warehouse, HOURS[0], 2)
+    publish(warehouse, DAY, [HOURS[0]], sha256_json(["ok"]))
+    stray = dt.datetime.combine(NEXT_DAY, dt.time(3), dt.UTC)
+    load_hour(backend, warehouse, HOURS[1], 2, "stray", day_of_rows=stray)
+    with pytest.raises(JobFailedError, match="Some rows belong to different partitions"):
+        publish(warehouse, DAY, [HOURS[0], HOURS[1]], sha256_json(["bad"]))
+    assert warehouse.partition_rows("pageviews", DAY) == 2
+
+
+# -- ledger and counts -----------------------------------------------------------------------
+
+
+def test_ledger_is_append_only_latest_wins_one_schema(backend: Backend) -> None:
+    warehouse = backend.warehouse()
+    assert warehouse.read_publish_record("pageviews", "19950801") is None
+    early = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    late = early + dt.timedelta(minutes=1)
+    warehouse.write_publish_record(PublishRecord("pageviews", "19950801", "j2", "f2", 20, late))
+    warehouse.write_publish_record(PublishRecord("pageviews", "19950801", "j1", "f1", 10, early))
+    warehouse.write_publish_record(PublishRecord("pageviews", "19950802", "j9", "f9", 9, early))
+    reader = backend.warehouse()
+    assert reader.read_publish_record("pageviews", "19950801") == PublishRecord(
+        "pageviews", "19950801", "j2", "f2", 20, late
+    )
+    assert reader.table_rows(ledger.PUBLISH_LEDGER_TABLE) == 3  # appended, never updated
+    got = reader.table_spec(ledger.PUBLISH_LEDGER_TABLE)
+    assert layout(got) == layout(ledger.publish_ledger_spec())
+
+
+def test_metadata_counts(backend: Backend) -> None:
+    warehouse = backend.warehouse()
+    spec = pageviews_spec(False)
+    warehouse.ensure_table(spec)
+    uris = [
+        backend.put_file("d1.parquet", pageview_parquet(HOURS[4], 3)),
+        backend.put_file("d2.parquet", pageview_parquet(HOURS[4] + dt.timedelta(days=1), 2)),
+    ]
+    warehouse.submit_job(LoadJob("bqp_load_pageviews_both_g0", spec.name, tuple(uris), spec))
+    reader = backend.warehouse()
+    assert reader.table_rows("pageviews") == 5
+    assert reader.partition_rows("pageviews", DAY) == 3
+    assert reader.partition_rows("pageviews", NEXT_DAY) == 2
+    assert reader.partition_rows("pageviews", NEXT_DAY + dt.timedelta(days=1)) == 0
+    assert reader.table_rows("no_such_table") is None
+    assert reader.partition_rows("no_such_table", DAY) == 0
+
+
+# -- BigQuery's rules, refused before anything is sent ---------------------------------------
+
+PLAIN = TableSpec("plain", stage_spec("full", HOURS[0]).columns)  # unpartitioned
+STAGE = stage_spec("full", HOURS[0])
+LOAD = LoadJob("bqp_load_ok_g0", STAGE.name, ("gs://b/x.parquet",), STAGE)
+COPY = CopyJob("bqp_copy_ok_g0", (STAGE.name,), "pageviews$19950801")
+VIOLATIONS: dict[str, Callable[[Warehouse], object]] = {
+    "job-id-characters": lambda w: w.submit_job(dataclasses.replace(LOAD, job_id="a.b")),
+    "job-id-length": lambda w: w.submit_job(dataclasses.replace(LOAD, job_id="j" * 1025)),
+    "label-key": lambda w: w.submit_job(dataclasses.replace(LOAD, labels={"Run": "x"})),
+    "label-value": lambda w: w.submit_job(dataclasses.replace(LOAD, labels={"k": "v" * 64})),
+    "65-labels": lambda w: w.submit_job(
+        dataclasses.replace(LOAD, labels={f"k{i}": "v" for i in range(65)})
+    ),
+    "decorator-on-unpartitioned": lambda w: w.submit_job(
+        dataclasses.replace(LOAD, destination="plain$19950801", spec=PLAIN)
+    ),
+    "too-many-uris": lambda w: w.submit_job(
+        dataclasses.replace(LOAD, source_uris=tuple(f"u{i}" for i in range(MAX_LOAD_URIS + 1)))
+    ),
+    "load-schema": lambda w: w.submit_job(
+        dataclasses.replace(LOAD, spec=dataclasses.replace(STAGE, columns=STAGE.columns[:-1]))
+    ),
+    "copy-unpartitioned-source": lambda w: w.submit_job(
+        dataclasses.replace(COPY, sources=("plain",))
+    ),
+    "copy-clustering": lambda w: w.submit_job(dataclasses.replace(COPY, sources=("clustered",))),
+    "copy-missing-source": lambda w: w.submit_job(dataclasses.replace(COPY, sources=("nope",))),
+    "clustering-5-columns": lambda w: w.ensure_table(
+        dataclasses.replace(
+            PLAIN, name="five", clustering=("site", "page_path", "status", "event_id", "vhost")
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("violation", sorted(VIOLATIONS))
+def test_rule_violations_are_refused_before_anything_is_sent(
+    backend: Backend, violation: str
+) -> None:
+    warehouse = backend.warehouse()
+    for spec in (STAGE, PLAIN, pageviews_spec(False)):
+        warehouse.ensure_table(spec)
+    warehouse.ensure_table(dataclasses.replace(STAGE, name="clustered", clustering=("site",)))
+    warehouse.table_spec("nope")  # looked up once; the refusal itself sends nothing
+    before = backend.activity(warehouse)
+    with pytest.raises(RuleViolation, match="^BigQuery would refuse"):
+        VIOLATIONS[violation](warehouse)
+    assert backend.activity(warehouse) == before

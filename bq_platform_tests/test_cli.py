@@ -1,0 +1,110 @@
+"""``bq-platform`` as users run it: concurrent runs, quiet output, one message per failure."""
+
+import gzip
+import json
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner
+
+from bq_platform.cli import main
+from bq_platform.lib import layout
+from bq_platform_tests.cli_home import SLICE_LINES, CliHome
+from bq_platform_tests.lib.test_retention import lake
+
+#: Set-up chatter that a default run must not print (issue 7, "Quiet output").
+NOISE = ("alembic", " WARN ", " - dagster - ", "Traceback", "log4j", "setLogLevel")
+
+
+def assert_quiet(output: str) -> None:
+    for noise in NOISE:
+        assert noise not in output, f"{noise!r} in:\n{output}"
+
+
+@pytest.mark.spark
+def test_two_concurrent_runs_on_a_fresh_home_end_cleanly(tmp_path, access_logs):
+    home = CliHome(tmp_path)
+    home.land_slice(access_logs, tmp_path)
+
+    first, second = home.start("run"), home.start("run")
+    codes = first.wait(), second.wait()
+
+    outputs = first.output + "\n---\n" + second.output
+    assert codes == (0, 0), outputs
+    assert "waiting up to 3600 s" in outputs  # the second waited for the first's lock
+    assert sum(row[2] for row in home.audit()) == SLICE_LINES
+    rows, distinct = home.pageviews()
+    assert rows == distinct > 0
+    # The instance works afterwards: a third run reads it and finds the day up to date.
+    third = home.cli("run")
+    assert third.returncode == 0, third.stdout
+    assert "1995-08-01: skip" in third.stdout
+    runs = home.runs()
+    assert len(runs) == 2 and {r.status for r in runs} == {dg.DagsterRunStatus.SUCCESS}
+    # Default output: the plan, one line per step, the summary.
+    assert_quiet(outputs)
+    assert len(first.lines) < 40, first.output
+
+
+@pytest.mark.spark
+def test_a_corrupt_landed_file_fails_at_once_with_one_message(tmp_path, access_logs):
+    home = CliHome(tmp_path)
+    home.land_slice(access_logs, tmp_path)
+    (data_key,) = [
+        p for p in (home.lake / layout.LANDING_PREFIX).rglob("*.log.gz") if "T04" in str(p)
+    ]
+    data_key.write_bytes(gzip.compress(b"not what the manifest says\n"))
+
+    result = home.cli("run")
+
+    assert result.returncode == 1
+    assert result.stdout.count("LandingError") == 1, result.stdout
+    assert data_key.name[:32] in result.stdout  # names the file
+    assert_quiet(result.stdout)
+    (hourly,) = [r for r in home.runs() if r.job_name == "pageviews_hourly_job"]
+    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+        events = instance.all_logs(hourly.run_id)
+    retries = [e for e in events if e.dagster_event and e.dagster_event.is_step_up_for_retry]
+    assert retries == []
+
+
+def test_deadletters_counts_then_samples_of_the_current_attempts(tmp_path, monkeypatch):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    lake(tmp_path)  # two hours, each with a superseded attempt holding the same lines
+
+    result = CliRunner().invoke(main, ["deadletters", "--limit", "1"])
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "2 dead letters in 2 hours"
+    assert lines[1].split() == ["2", "malformed"]
+    assert lines[3].split()[:4] == ["site", "hour", "line", "reason"]
+    assert lines[4].split() == [
+        "ksc.nasa.gov",
+        "1995-08-01T05",
+        "1",
+        "malformed",
+        "landing/x.log.gz",
+    ]
+    assert lines[5].strip() == "garbage"
+    assert len(lines) == 6
+
+    only = CliRunner().invoke(
+        main, ["deadletters", "--start", "1995-08-01T06", "--end", "1995-08-01T06"]
+    )
+    assert only.output.splitlines()[0] == "1 dead letters in 1 hours"
+    none = CliRunner().invoke(main, ["deadletters", "--reason", "bad_status"])
+    assert none.output.strip() == "no dead letters in 2 hours with reason bad_status"
+
+
+def test_run_refuses_a_broken_dagster_yaml_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    (tmp_path / "dh").mkdir()
+    (tmp_path / "dh" / "dagster.yaml").write_text(json.dumps(["not", "a", "mapping"]))
+
+    result = CliRunner().invoke(main, ["run"])
+
+    assert result.exit_code == 1
+    assert "dagster.yaml" in result.output and "Traceback" not in result.output
