@@ -39,9 +39,11 @@ dev: install
 	mkdir -p $(DAGSTER_HOME)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-## bench: time the Spark build on the bundled logs, scaled up (see docs/benchmarks.md)
+## bench: pipeline vs bare Spark/DuckDB on synthetic logs at 1x, 4x, 16x (BENCH_SCALES=1 for a
+## quick run); prints the figures and writes docs/PERFORMANCE.md
+BENCH_SCALES ?= 1,4,16
 bench: install
-	$(BIN)/python scripts/benchmark.py
+	$(BIN)/python scripts/benchmark.py --scales $(BENCH_SCALES)
 
 clean:
 	rm -rf .bq_platform

@@ -203,13 +203,15 @@ def run(
     """Process every landed day not yet published (or the hours START..END) through Dagster."""
     import dagster as dg
 
-    from bq_platform.instance import RunLockTimeout, fail_dead_runs, run_lock
+    from bq_platform.instance import RunLockTimeout, dagster_home, fail_dead_runs, run_lock
 
-    home = _ensure_dagster_home()
+    home = dagster_home(_home() / "dagster_home")
     hours = _hour_range(start, end)
     try:
         with run_lock(home, wait_seconds, on_wait=lambda m: click.echo(m, err=True)):
-            # Created (and its SQLite schema migrated) by the lock holder only: issue 7.
+            # The config written, the instance created and its SQLite schema migrated by the
+            # lock holder only (issue 7).
+            _ensure_dagster_home()
             with dg.DagsterInstance.get() as instance:
                 for run_id in fail_dead_runs(instance):
                     click.echo(f"run {run_id} lost its process (killed?): marked failed")

@@ -1,4 +1,4 @@
-"""The local Dagster instance of ``bq-platform``: its config, one-time set-up, and one run at a time.
+"""The local Dagster instance of ``bq-platform``: its config, set-up, and one run at a time.
 
 Dagster keeps run history in SQLite files under ``$DAGSTER_HOME``. Creating them is not safe
 to do from two processes at once: two ``bq-platform run`` on a fresh data folder raced on the
@@ -104,7 +104,7 @@ def ensure_dagster_yaml(home: Path) -> list[str]:
     """
     config = home / "dagster.yaml"
     if not config.exists():
-        config.write_text(DAGSTER_YAML)
+        _write(config, DAGSTER_YAML)
         return list(INSTANCE_BLOCKS)
     text = config.read_text()
     try:
@@ -121,9 +121,16 @@ def ensure_dagster_yaml(home: Path) -> list[str]:
     ]
     if added:
         blocks = "".join(INSTANCE_BLOCKS[key] for key in added)
-        config.write_text(text.rstrip("\n") + "\n\n# Added by bq-platform:\n" + blocks)
+        _write(config, text.rstrip("\n") + "\n\n# Added by bq-platform:\n" + blocks)
         log.info("%s: added %s", config, ", ".join(added))
     return added
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace ``path`` atomically: a reader (``dagster dev``) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 class RunLockTimeout(RuntimeError):

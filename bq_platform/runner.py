@@ -22,6 +22,7 @@ from bq_platform.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.lib.accounting import row_balanced
 from bq_platform.lib.hours import day_hours, hour_partition_key
 from bq_platform.lib.landing_index import LandingIndex, scan_landing
+from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.planning import plan_day
 from bq_platform.lib.reporting import COUNT_FIELDS
@@ -186,8 +187,16 @@ class PipelineRunner:
         return True
 
     def clean_attempts(self) -> None:
-        """Delete superseded build attempts (:func:`bq_platform.lib.retention.clean_attempts`)."""
-        report = clean_attempts(self.store)
+        """Delete superseded build attempts (:func:`bq_platform.lib.retention.clean_attempts`).
+
+        Never fails the command: an unreadable manifest or a storage error leaves the attempts
+        for the next run, with one line saying why.
+        """
+        try:
+            report = clean_attempts(self.store)
+        except (ManifestError, OSError) as exc:
+            self.echo(f"cleanup of old attempts skipped: {exc}")
+            return
         if report.deleted_units:
             attempts = len({a for a, _ in report.deleted_units})
             self.echo(

@@ -268,7 +268,7 @@ class BigQueryShim:
         self.backend.create_table(bigquery.Table(scratch, schema=schema_fields(schema.columns)))
         try:
             try:
-                self.backend.load_table_from_uri(
+                loaded = self.backend.load_table_from_uri(
                     load["sourceUris"],
                     scratch,
                     job_config=bigquery.LoadJobConfig(
@@ -281,7 +281,10 @@ class BigQueryShim:
                 errors = getattr(exc, "errors", None) or [{}]
                 reason = errors[0].get("reason") if isinstance(errors[0], dict) else None
                 raise JobRefused(reason or "invalid", exc.message) from exc
-            return self._write(destination["tableId"], full, spec, [(scratch, "")], disposition)
+            # The scratch table is new, so the emulator's table total is this job's rows.
+            rows = int(loaded.output_rows or 0)
+            sources = [(scratch, "")]
+            return self._write(destination["tableId"], full, spec, sources, disposition, rows)
         finally:
             self.backend.delete_table(scratch, not_found_ok=True)
 
@@ -321,9 +324,11 @@ class BigQueryShim:
         spec: TableSpec,
         sources: list[tuple[str, str]],
         disposition: str,
+        rows: int | None = None,
     ) -> int:
         """Write the rows of ``sources`` (``(table, " WHERE ..." or "")``) into the destination,
         replacing it or its day partition for WRITE_TRUNCATE, in one transaction script.
+        ``rows``: the sources' row count when known (else counted).
 
         Returns:
             The rows written.
@@ -335,7 +340,8 @@ class BigQueryShim:
         _, day = rules.split_destination(destination)
         columns = ", ".join(c.name for c in spec.columns)
         union = " UNION ALL ".join(f"SELECT {columns} FROM `{t}`{w}" for t, w in sources)
-        rows = self._count(f"SELECT COUNT(*) FROM ({union})")
+        if rows is None:
+            rows = self._count(f"SELECT COUNT(*) FROM ({union})")
         target = "TRUE"
         if day is not None:
             field = spec.partition_field

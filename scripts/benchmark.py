@@ -1,114 +1,277 @@
-"""Benchmark of the hourly Spark build on the bundled real logs, scaled up.
+"""``make bench``: the pipeline against bare engine baselines, side by side, in one run.
 
-Lands the two real logs (81,744 lines) under ``--copies`` site names each (so 25 copies give
-2.04 M lines, the size of DESIGN.md's reference measurement: 12.6 s for one regex + Parquet in
-PySpark local[2]), then times :func:`bq_platform.lib.build.build_hours` day by day, as the
-``lake/pageview_files`` asset runs it, and reports lines per second and the JVM's peak memory.
+For each scale (``--scales``, or ``BENCH_SCALES``, default ``1,4,16``; 1x = 2,043,576 lines,
+the issue-9 input size) on the same SYNTHETIC data (``scripts/synthetic_logs.py``: the mix of
+the real logs, 50 sites, 3 UTC days), it measures:
 
-Usage: ``.venv/bin/python scripts/benchmark.py [--copies 25] [--master local[2]]``
-(``make bench``). Prints one JSON document; docs/benchmarks.md records the figures.
+1. the bare PySpark job and the bare DuckDB job (``scripts/bare_baselines.py``, no pipeline
+   code: one regex into typed columns, then Parquet), each a subprocess, start-up included;
+2. the pipeline: ``bq-platform land-tree`` then ``bq-platform run`` as subprocesses of
+   ``.venv/bin/bq-platform`` with a temporary ``BQ_PLATFORM_HOME``/``DAGSTER_HOME`` and
+   ``BQ_PLATFORM_SPARK_MASTER`` = the bare job's master; then a second, no-op ``run``;
+3. peak memory: every process of a step is sampled from ``/proc`` (``VmHWM``, the kernel's
+   peak resident size) every 0.2 s; the JVM (``java``) and the Python driver are kept apart;
+4. from the Dagster instance the run left behind: per day, the hourly and daily runs' seconds
+   and the Spark build step's, so the daily overhead (runs, warehouse jobs, checks) is the
+   runs' time minus the build step;
+5. from the local warehouse's job ledger (DuckDB ``_bq_platform_jobs``): jobs per table.
+
+It prints a JSON document and writes the figures into ``docs/PERFORMANCE.md`` between the
+``bench`` markers (``scripts/bench_report.py``), next to the targets of issue 9.
+
+Usage: ``.venv/bin/python scripts/benchmark.py [--scales 1,4,16] [--master local[2]]``;
+``BENCH_SCALES=1 make bench`` for a quick run. Needs the venv (``make install``) and Java 17.
 """
 
 import argparse
 import datetime as dt
 import json
-import logging
 import os
-import platform
+import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from bq_platform.lib.build import build_hours
-from bq_platform.lib.hours import day_hours
-from bq_platform.lib.landing import land_file
-from bq_platform.lib.landing_index import scan_landing
-from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+import bench_report
+import synthetic_logs
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_LOGS = REPO.parent / "shared" / "data" / "access_logs"
+BIN = REPO / ".venv" / "bin"
+PERFORMANCE_MD = REPO / "docs" / "PERFORMANCE.md"
+BUILD_STEP = "pageview_files"  # the Spark build step's key contains this
+_STEP_TIMEOUT_S = 3 * 3600
 
 
-def peak_rss_mib(pid: int) -> float | None:
-    """Peak resident memory (VmHWM) of a process in MiB, from /proc (Linux only)."""
+class PeakSampler(threading.Thread):
+    """Peak resident memory (MiB) of a process tree, JVMs and Python processes apart."""
+
+    def __init__(self, root: int, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval = root, interval
+        self.peaks: dict[str, float] = {"jvm": 0.0, "python": 0.0}
+        self._stop = threading.Event()
+
+    def _tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        out, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo += children.get(pid, [])
+        return out
+
+    def sample(self) -> None:
+        for pid in self._tree():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            name = status.split("\n", 1)[0].split()[-1]
+            kind = "jvm" if name == "java" else "python" if name.startswith("python") else None
+            for line in status.splitlines():
+                if kind and line.startswith("VmHWM:"):
+                    self.peaks[kind] = max(self.peaks[kind], int(line.split()[1]) / 1024)
+
+    def run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run_step(name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> dict:
+    """Run ``cmd`` as a subprocess (own process group), timed and memory-sampled.
+
+    Raises:
+        RuntimeError: if the command fails (the log file is named).
+    """
+    log_path = log_dir / f"{name}.log"
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+        )
+        sampler = PeakSampler(proc.pid)
+        sampler.start()
+        try:
+            stdout, _ = proc.communicate(timeout=_STEP_TIMEOUT_S)
+        except BaseException:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise
+        finally:
+            sampler.stop()
+        log.write(stdout)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed (exit {proc.returncode}); see {log_path}")
+    return {
+        "seconds": seconds,
+        "stdout": stdout,
+        "peak_jvm_mib": round(sampler.peaks["jvm"]),
+        "peak_python_mib": round(sampler.peaks["python"]),
+        "load": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+    }
+
+
+def dagster_days(dagster_home: Path, steps: dict[str, float]) -> list[dict]:
+    """Per UTC day: seconds of the hourly and daily runs and of the build step.
+
+    ``steps`` receives the seconds of every step key, summed over the runs.
+    """
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    days: dict[str, dict] = {}
+    for run in instance.get_runs():
+        tags = run.tags
+        day = (tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition"))[
+            :10
+        ]
+        stats = instance.get_run_stats(run.run_id)
+        entry = days.setdefault(day, {"day": day, "runs": 0, "run_s": 0.0, "build_s": 0.0})
+        entry["runs"] += 1
+        entry["run_s"] += (stats.end_time or 0) - (stats.start_time or 0)
+        for step in instance.get_run_step_stats(run.run_id):
+            if not (step.end_time and step.start_time):
+                continue
+            seconds = step.end_time - step.start_time
+            steps[step.step_key] = steps.get(step.step_key, 0.0) + seconds
+            if BUILD_STEP in step.step_key:
+                entry["build_s"] += seconds
+    for entry in days.values():
+        entry["overhead_s"] = entry["run_s"] - entry["build_s"]
+    return [days[d] for d in sorted(days)]
+
+
+def ledger_counts(warehouse: Path) -> list[dict]:
+    """Jobs per table family (stage tables grouped) from the local job ledger."""
+    import duckdb
+
+    con = duckdb.connect(str(warehouse), read_only=True)
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+        rows = con.execute(
+            """
+            SELECT regexp_replace(destination, '_[0-9]{8,10}$', '_<hour>') AS family,
+                   job_type, count(*) AS jobs, count(DISTINCT destination) AS tables,
+                   count(*) FILTER (WHERE state <> 'DONE' OR error_reason IS NOT NULL) AS failed
+            FROM _bq_platform_jobs GROUP BY ALL ORDER BY family, job_type
+            """
+        ).fetchall()
+    finally:
+        con.close()
+    return [
+        dict(zip(("table", "job_type", "jobs", "tables", "failed"), r, strict=True)) for r in rows
+    ]
+
+
+def bench_scale(scale: int, args: argparse.Namespace, mix: synthetic_logs.Mix, work: Path) -> dict:
+    """All measurements of one scale (see the module docstring)."""
+    gen, logs = work / f"gen-{scale}x", work / f"logs-{scale}x"
+    logs.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    data = synthetic_logs.generate(
+        mix,
+        gen,
+        lines_per_hour=args.lines_per_hour_1x * scale,
+        days=args.days,
+        sites=args.sites,
+        seed=args.seed,
+    )
+    print(f"[{scale}x] generated {data['lines']:,} lines in {time.monotonic() - started:.0f} s")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(BIN / "python")}
+    result: dict = {"scale": scale, "lines": data["lines"], "data": data}
+    for engine in ("spark", "duckdb"):
+        out = work / f"bare-{engine}-{scale}x"
+        cmd = [str(BIN / "python"), str(REPO / "scripts" / "bare_baselines.py"), engine]
+        cmd += [f"{gen}/*/*.log.gz", str(out), "--master", args.master]
+        step = run_step(f"bare-{engine}", cmd, env, logs)
+        step.update(json.loads(step.pop("stdout").strip().splitlines()[-1]))
+        result[f"bare_{engine}"] = step
+        print(f"[{scale}x] bare {engine}: {step['seconds']:.1f} s ({step['rows']:,} rows)")
+        shutil.rmtree(out, ignore_errors=True)
+    home = work / f"home-{scale}x"
+    penv = {
+        **env,
+        "BQ_PLATFORM_HOME": str(home),
+        "DAGSTER_HOME": str(home / "dagster_home"),
+        "BQ_PLATFORM_SPARK_MASTER": args.master,
+    }
+    cli = str(BIN / "bq-platform")
+    result["land"] = run_step("land", [cli, "land-tree", str(gen)], penv, logs)
+    print(f"[{scale}x] land: {result['land']['seconds']:.1f} s")
+    result["run"] = run_step("run", [cli, "run"], penv, logs)
+    print(f"[{scale}x] run: {result['run']['seconds']:.1f} s")
+    result["noop_run"] = run_step("noop-run", [cli, "run"], penv, logs)
+    for key in ("land", "run", "noop_run"):
+        result[key].pop("stdout")
+    try:
+        result["steps"] = {}
+        result["days"] = dagster_days(home / "dagster_home", result["steps"])
+    except Exception as exc:  # noqa: BLE001 - report what could not be read, keep the figures
+        result["days_error"] = repr(exc)
+    try:
+        result["ledger"] = ledger_counts(home / "warehouse.duckdb")
+    except Exception as exc:  # noqa: BLE001
+        result["ledger_error"] = repr(exc)
+    if not args.keep:
+        for path in (gen, home):
+            shutil.rmtree(path, ignore_errors=True)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copies", type=int, default=25)
+    parser.add_argument("--scales", default=os.environ.get("BENCH_SCALES", "1,4,16"))
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--logs", type=Path, default=DEFAULT_LOGS)
+    parser.add_argument("--lines-per-hour-1x", type=int, default=synthetic_logs.LINES_PER_HOUR_1X)
+    parser.add_argument("--days", type=int, default=3)
+    parser.add_argument("--sites", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", type=Path, default=None, help="work folder (default: temp)")
+    parser.add_argument("--keep", action="store_true", help="keep generated data and homes")
+    parser.add_argument("--output", type=Path, default=PERFORMANCE_MD)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--note", default="", help="a sentence for the report (e.g. busy)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    ensure_local_spark_env()
-
-    from pyspark.sql import SparkSession
-
-    with tempfile.TemporaryDirectory(prefix="bqp-bench-") as tmp:
-        store = LocalObjectStore(Path(tmp) / "lake")
-        started = time.monotonic()
-        for site_dir in sorted(p for p in args.logs.iterdir() if p.is_dir()):
-            for path in sorted(site_dir.iterdir()):
-                for copy in range(args.copies):
-                    land_file(store, f"{site_dir.name}-{copy:03d}", path)
-        landing_s = time.monotonic() - started
-        index = scan_landing(store)
-        lines = sum(h.source_lines for h in index.hours())
-
-        started = time.monotonic()
-        builder = SparkSession.builder
-        for key, value in spark_config(args.master, shuffle_partitions=8).items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        startup_s = time.monotonic() - started
-
-        per_day = []
-        build_started = time.monotonic()
-        for day in index.days():
-            t0 = time.monotonic()
-            manifests = build_hours(
-                spark,
-                store,
-                day_hours(day),
-                attempt_id=f"bench-{day:%Y%m%d}",
-                visitor_key="benchmark-key",
-            )
-            per_day.append(
-                {
-                    "day": day.isoformat(),
-                    "lines": sum(c.source_lines for m in manifests for c in m.counts),
-                    "pageviews": sum(m.rows for m in manifests),
-                    "seconds": round(time.monotonic() - t0, 2),
-                }
-            )
-        build_s = time.monotonic() - build_started
-        gateway = getattr(spark.sparkContext, "_gateway", None)
-        jvm_pid = getattr(getattr(gateway, "proc", None), "pid", None)
-        result = {
-            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "master": args.master,
-            "copies": args.copies,
-            "sites": len({m.site for h in index.hours() for m in h.manifests}),
-            "lines": lines,
-            "landing_seconds": round(landing_s, 2),
-            "spark_startup_seconds": round(startup_s, 2),
-            "build_seconds": round(build_s, 2),
-            "lines_per_second": round(lines / build_s),
-            "per_day": per_day,
-            "jvm_peak_rss_mib": peak_rss_mib(jvm_pid) if jvm_pid else None,
-            "reference": "DESIGN.md: 2.04 M lines, one regex + Parquet, PySpark local[2]: 12.6 s",
-        }
-        spark.stop()
-    print(json.dumps(result, indent=2))
+    scales = [int(s) for s in str(args.scales).split(",") if s.strip()]
+    work = args.work or Path(tempfile.mkdtemp(prefix="bqp-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.UTC)
+    mix = synthetic_logs.learn_mix(synthetic_logs.DEFAULT_LOGS)
+    results = [bench_scale(s, args, mix, work) for s in scales]
+    report = {
+        "started": started.isoformat(timespec="seconds"),
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": bench_report.machine(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "scales": scales,
+        "master": args.master,
+        "note": args.note,
+        "results": results,
+    }
+    (work / "bench.json").write_text(json.dumps(report, indent=2, default=str))
+    print(bench_report.summary_text(report))
+    if args.work is not None or args.keep:
+        print(f"raw figures: {work / 'bench.json'}")
+    else:
+        print(json.dumps(report, indent=2, default=str))
+    if not args.no_write:
+        bench_report.write_markdown(report, args.output)
+        print(f"wrote {args.output}")
+    if args.work is None and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

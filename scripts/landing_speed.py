@@ -1,13 +1,13 @@
 """Landing speed: lines per second of :func:`bq_platform.lib.landing.land_file` on one process.
 
-Writes the bundled real logs (81,744 lines) ``--copies`` times each as gzip files, like
-rotated logs (``--plain``: uncompressed; copy ``i``
-has its hosts prefixed ``c<i>-``, so no two files land the same objects), then times landing
-them all into a fresh local object store, as ``bq-platform land`` does. 25 copies give
-2,043,600 lines (216 MB), the input of issue 9 (target: at least 150k lines/s).
+Writes the bundled real logs (81,744 lines) ``--copies`` times each as gzip files, like rotated
+logs (``--plain``: uncompressed), copy ``i`` with its hosts prefixed ``c<i>-`` so that no two
+files land the same objects, then times landing them all into a fresh local object store, as
+``bq-platform land`` does (writing the files is not timed). 25 copies give 2,043,600 lines
+(216 MB uncompressed), the input of issue 9, whose target is at least 150k lines/s.
 
-Usage: ``.venv/bin/python scripts/landing_speed.py [--copies 25] [--plain] [--profile]``. Prints one
-JSON document; ``--profile`` also prints the top of a cProfile of the timed part.
+Usage: ``.venv/bin/python scripts/landing_speed.py [--copies 25] [--plain] [--profile]``.
+Prints one JSON document; ``--profile`` also prints the top of a cProfile of the timed part.
 """
 
 import argparse

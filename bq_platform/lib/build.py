@@ -259,6 +259,15 @@ def _parquet_keys(store: ObjectStore, prefix: str) -> list[str]:
     return keys
 
 
+def _parquet_keys_by_folder(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
+    """The Parquet files under ``prefix`` by their ``hour=`` folder (one listing: on GCS a
+    listing is a request, and a day has 24 hours of three outputs)."""
+    out: dict[str, list[str]] = {}
+    for key in _parquet_keys(store, prefix):
+        out.setdefault(key.rsplit("/", 1)[0], []).append(key)
+    return out
+
+
 @contextlib.contextmanager
 def _sql_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
     """Set runtime SQL settings for the duration of the block, then restore them."""
@@ -661,6 +670,7 @@ def _hour_manifests(
     """
     full_prefix, sample_prefix, dead_prefix = prefixes
     empty: bytes | None = None
+    written = {p: _parquet_keys_by_folder(store, p) for p in prefixes}  # 3 listings, not 5/hour
     manifests = []
     for hour in hour_list:
         label = layout.hour_label(hour)
@@ -699,11 +709,14 @@ def _hour_manifests(
                 )
             )
         folders = {p: _hour_folder(p, label) for p in prefixes}
+        files_of = {p: written[p].get(folders[p], []) for p in prefixes}
         for prefix in (full_prefix, sample_prefix):
-            if not _parquet_keys(store, folders[prefix]):
+            if not files_of[prefix]:
                 if empty is None:
                     empty = _empty_parquet()
-                store.write_bytes(f"{folders[prefix]}/part-00000-empty.parquet", empty)
+                key = f"{folders[prefix]}/part-00000-empty.parquet"
+                store.write_bytes(key, empty)
+                files_of[prefix] = [key]
         hour_orphans = [k for site in sites for k in (orphans or {}).get((site, hour), ())]
         checksums += [(layout.parse_landed_key(k)[0], orphan_checksum(k)) for k in hour_orphans]
         input_fp = jobids.input_fingerprint(checksums)
@@ -715,9 +728,9 @@ def _hour_manifests(
                     input_fp, TRANSFORM_VERSION, key_ident, SAMPLE_MODULUS
                 ),
                 input_fingerprint=input_fp,
-                full_files=tuple(_parquet_keys(store, folders[full_prefix])),
-                sample_files=tuple(_parquet_keys(store, folders[sample_prefix])),
-                deadletter_files=tuple(_parquet_keys(store, folders[dead_prefix])),
+                full_files=tuple(files_of[full_prefix]),
+                sample_files=tuple(files_of[sample_prefix]),
+                deadletter_files=tuple(files_of[dead_prefix]),
                 rows=sum(c.pageviews for c in counts),
                 sample_rows=sum(c.sample_rows for c in counts),
                 counts=tuple(counts),

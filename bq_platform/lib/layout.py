@@ -57,7 +57,12 @@ def landing_hour_prefix(site: str, hour: dt.datetime) -> str:
 
 
 def landed_data_key(site: str, hour: dt.datetime, sha256: str) -> str:
-    """Key of a landed gzip file; named by its content checksum, so re-landing is idempotent."""
+    """Key of a landed gzip file; named by its content checksum, so re-landing is idempotent.
+
+    The name is the checksum of the content first landed there: when a growing log's last,
+    unterminated line grows, the lander rewrites the object that held it in place (see
+    :mod:`bq_platform.lib.landing`), so only the manifest's ``sha256`` is authoritative.
+    """
     return f"{landing_hour_prefix(site, hour)}/{sha256[:32]}{LANDED_DATA_SUFFIX}"
 
 

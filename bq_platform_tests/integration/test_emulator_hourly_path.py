@@ -5,8 +5,9 @@ manifests uploaded through ``GCSObjectStore`` (gcp-storage-emulator) -> ``load_s
 through ``BigQueryWarehouse`` (bqemulator) reading the ``gs://`` URIs the manifest names ->
 what the hourly checks assert: ``stage_matches_manifest`` (stage rows from table metadata =
 manifest rows, full and sample), the accounting identity per site and hour, the audit rows
-round-trip, and the day's completeness gate for the built hours; a re-run submits no job, and
-new content gets a new job ID.
+round-trip, and the day's completeness gate for the built hours; a re-run submits no job.
+New content replacing a stage table, the next generation and the daily publish are the
+contract suite's (``lib/warehouse/test_contract.py``) and ``test_emulator_day.py``'s.
 
 Why the build runs on a local store: Spark has no GCS connector offline, so it cannot write
 ``gs://``; the files it wrote are uploaded byte for byte through the production adapter.
@@ -72,9 +73,7 @@ HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in (4, 5, 6)]
 #: One more hour is landed but not built: the build must take only the hours it is given.
 LANDED_HOURS = [*HOURS, HOURS[-1] + dt.timedelta(hours=1)]
 ATTEMPT = "e2e-attempt-1"
-REBUILD_ATTEMPT = "e2e-attempt-2"
 VISITOR_KEY = "emulator-e2e-visitor-key"
-OTHER_VISITOR_KEY = "emulator-e2e-rotated-key"
 ASSET = {"full": "pageviews_stage", "sample": "pageviews_sample_stage"}
 RUN_ID = "run-e2e-0001"
 
@@ -119,8 +118,6 @@ class Built:
     store: LocalObjectStore
     slice_lines: dict[dt.datetime, int]
     manifests: dict[dt.datetime, HourManifest]
-    #: HOURS[1] built again with another visitor key: same input, different fingerprint.
-    rebuilt: HourManifest
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +130,7 @@ def built(spark: Any, access_logs: Path, tmp_path_factory: pytest.TempPathFactor
     landed = land_file(store, NASA, log_slice)
     assert {f.manifest.hour: f.manifest.lines for f in landed} == slice_lines
     manifests = build_hours(spark, store, HOURS, attempt_id=ATTEMPT, visitor_key=VISITOR_KEY)
-    (rebuilt,) = build_hours(
-        spark, store, HOURS[1:2], attempt_id=REBUILD_ATTEMPT, visitor_key=OTHER_VISITOR_KEY
-    )
-    return Built(store, slice_lines, {m.hour: m for m in manifests}, rebuilt)
+    return Built(store, slice_lines, {m.hour: m for m in manifests})
 
 
 def emulator_key(key: str) -> str:
@@ -351,66 +345,6 @@ def test_hourly_path_on_the_emulators_passes_the_hourly_checks(
             assert again.matches and again.table_rows == expected_rows(manifest, kind)
             assert rerun.metadata_requests[table] == 1  # one table-metadata request per run
     assert rerun_session.job_inserts() == []
-
-
-def test_new_fingerprint_gets_a_new_job_id(
-    built: Built, gcs_store: GCSObjectStore, make_warehouse: Any
-) -> None:
-    hour = HOURS[1]
-    partition = hour_partition(hour)
-    old, new = built.manifests[hour], built.rebuilt
-    # Same landed input, another visitor key: another content fingerprint, same page count.
-    assert old.input_fingerprint == new.input_fingerprint
-    assert old.fingerprint != new.fingerprint
-    assert old.rows == new.rows
-
-    session = RecordingSession()
-    warehouse = make_warehouse(session)
-    table = stage_spec("full", hour).name
-    first = load_stage_hour(
-        warehouse,
-        gcs_store,
-        upload_hour(built.store, gcs_store, old),
-        "full",
-        asset=ASSET["full"],
-        run_id=RUN_ID,
-    )
-    old_visitors = {r["visitor_id"] for r in stage_table_rows(warehouse, table)}
-    second = load_stage_hour(
-        warehouse,
-        gcs_store,
-        upload_hour(built.store, gcs_store, new),
-        "full",
-        asset=ASSET["full"],
-        run_id=RUN_ID,
-    )
-    assert (first.outcome.action, second.outcome.action) == ("submitted", "submitted")
-    assert first.outcome.job_id == job_id("load", table, partition, old.fingerprint)
-    assert second.outcome.job_id == job_id("load", table, partition, new.fingerprint)
-    assert second.outcome.job_id != first.outcome.job_id
-    assert len(session.job_inserts()) == 2
-    assert second.matches and second.table_rows == new.rows
-    # The table now holds the new content (WRITE_TRUNCATE replaced it), recorded as such.
-    new_visitors = {r["visitor_id"] for r in stage_table_rows(warehouse, table)}
-    assert new_visitors and not new_visitors & old_visitors
-    record = warehouse.read_publish_record(table, partition)
-    assert record is not None
-    assert (record.job_id, record.fingerprint) == (second.outcome.job_id, new.fingerprint)
-
-    # Going back to the old content: its generation-0 job no longer describes the table, so
-    # the next generation runs (one job), and the old rows are back.
-    back = load_stage_hour(
-        warehouse,
-        gcs_store,
-        upload_hour(built.store, gcs_store, old),
-        "full",
-        asset=ASSET["full"],
-        run_id=RUN_ID,
-    )
-    assert (back.outcome.action, back.outcome.generation) == ("submitted", 1)
-    assert back.outcome.job_id == job_id("load", table, partition, old.fingerprint, 1)
-    assert len(session.job_inserts()) == 3
-    assert {r["visitor_id"] for r in stage_table_rows(warehouse, table)} == old_visitors
 
 
 def test_emulator_still_reads_key_value_folders_as_columns(

@@ -137,7 +137,7 @@ def test_whole_day(warehouse: BigQueryWarehouse, store: GCSObjectStore) -> None:
     assert table.clustering_fields == ["site", "page_path"]
 
     fingerprint = day_fingerprint({layout.hour_label(h): j for h, (j, _) in loaded.items()})
-    sources = tuple(stage_spec("full", h).name for h in HOURS)
+    sources = tuple(f"{stage_spec('full', h).name}${DAY:%Y%m%d}" for h in HOURS)
 
     def make(generation: int) -> CopyJob:
         return CopyJob(

@@ -14,6 +14,7 @@ import pytest
 
 from bq_platform.lib import layout
 from bq_platform.lib.hours import parse_hour
+from bq_platform.runner import DAILY_JOB
 from bq_platform_tests.cli_home import SLICE_LINES, CliHome
 
 pytestmark = pytest.mark.spark
@@ -63,9 +64,14 @@ def parquet_written(home: CliHome, _running) -> bool:
     return (home.lake / layout.hour_manifest_key(HOUR)).exists()
 
 
-def publishing(_home: CliHome, running) -> bool:
-    """The CLI has started the day's publish run."""
-    return any(line.endswith(": publishing") for line in running.lines)
+def publishing(home: CliHome, running) -> bool:
+    """The day's publish run is STARTED in the instance."""
+    if not any(line.endswith(": publishing") for line in running.lines):
+        return False
+    return any(
+        run.job_name == DAILY_JOB and run.status == dg.DagsterRunStatus.STARTED
+        for run in home.runs()
+    )
 
 
 def test_kill_during_the_spark_build(tmp_path, access_logs, clean_run):

@@ -53,6 +53,7 @@ def test_one_hour_materializes_with_passing_blocking_checks(local_env, access_lo
     evaluations = result.get_asset_check_evaluations()
     assert {(e.asset_key.path[-1], e.check_name) for e in evaluations} == {
         ("pageview_files", "accounting_identity"),
+        ("pageview_files", "rejected_share"),
         ("pageviews_stage", "stage_matches_manifest"),
         ("pageviews_sample_stage", "stage_matches_manifest"),
     }
@@ -151,7 +152,9 @@ def test_combined_format_and_bad_lines_are_all_accounted_for(local_env, tmp_path
     )
     local_env.store.write_text(landed_manifest_key(moved_key), moved.to_json())
 
-    assert runner(local_env).run()
+    # 5 of 11 lines are bad on purpose: above the rejected share, so publishing needs the
+    # operator's consent (test_rejected_share.py tests the gate itself).
+    assert runner(local_env).run(allow_rejected=True)
 
     rows = [r for r in audit(local_env) if r["site"] == "example.org" and r["hour"].hour == 6]
     (row,) = rows

@@ -470,3 +470,24 @@ def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> N
     visitors = sum(c.visitors for c in counts)  # per site-hour, so a visitor counts per hour
     sampled = sum(c.sample_visitors for c in counts)
     assert 0.001 < sampled / visitors < 0.02, (sampled, visitors)  # 1 in 200 by design
+
+
+def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
+    """Issue 9: lines are numbered at the scan, without a shuffle, so each landed file must be
+    its own split: 30 tiny files (Spark would pack them all into one split) in 2 local cores'
+    worth of coalesced tasks still give every line its own file's 1-based number."""
+    store = LocalObjectStore(tmp_path / "lake")
+    sites = [f"s{i:02d}.example" for i in range(15)]
+    expected = {}
+    for i, site in enumerate(sites):
+        for hour in (H_NASA_1, H_NASA_2):
+            lines = [f"garbage {site} {hour:%H} {n}".encode() for n in range(1, 3 + i)]
+            expected[land(store, site, hour, lines).data_key] = lines
+    manifests = build_hours(spark, store, [H_NASA_1, H_NASA_2], attempt_id="n", visitor_key=KEY)
+    dead = pa.concat_tables(
+        pq.read_table(store.uri(k)) for m in manifests for k in m.deadletter_files
+    ).to_pylist()
+    assert len(dead) == sum(len(v) for v in expected.values())
+    for row in dead:
+        assert row["raw"] == expected[row["data_key"]][row["line_no"] - 1].decode()
+    assert all(c.balanced and c.rejected == c.source_lines for m in manifests for c in m.counts)

@@ -28,6 +28,9 @@ Sources (all on cloud.google.com unless stated):
   table: not supported``, quoted in apache/airflow PR 42130); clustering must match too
   (apache/beam issue 34571); at most 1,200 source tables per copy job
   (``/bigquery/quotas#copy_jobs``);
+- several sources copied into ``table$YYYYMMDD`` must each name that partition
+  (``source$YYYYMMDD``): apache/beam PR 21757 found copy jobs refuse a partition destination
+  with whole tables as sources; mozilla/bigquery-etl PR 2228 fixed it with partition ids;
 - a write into ``table$YYYYMMDD`` may only hold that day's rows (BigQuery answers ``Some rows
   belong to different partitions rather than destination partition YYYYMMDD``; see
   mozilla/bigquery-etl PR 4419 for the error in the wild);
@@ -398,10 +401,18 @@ def check_copy_job(
             f"{len(sources):,} source tables; at most {MAX_COPY_SOURCES:,} per copy job",
             "/bigquery/quotas#copy_jobs",
         )
-    check_destination(destination, destination_spec, what)
+    day = check_destination(destination, destination_spec, what)
     source_doc = "/bigquery/docs/managing-partitioned-tables#copy_partitions"
     for source in sources:
-        name, _ = split_destination(source)
+        name, source_day = split_destination(source)
+        if day is not None and len(sources) > 1 and source_day != day:
+            raise _refuse(
+                what,
+                f"source {source}: a copy of several sources into the partition {destination} "
+                f"takes each source's partition of that day ({name}${day:%Y%m%d})",
+                "apache/beam PR 21757 (copy jobs do not support a partition destination); "
+                "mozilla/bigquery-etl PR 2228 (partition ids on the sources)",
+            )
         spec = source_specs.get(name)
         if spec is None:
             raise _refuse(what, f"source table {name} does not exist (404 Not found)", source_doc)

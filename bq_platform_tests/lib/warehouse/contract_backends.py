@@ -10,7 +10,8 @@
   loaded from their ``gs://`` URIs.
 
 A backend makes a new warehouse object per "run" (:meth:`Backend.warehouse`), so the ensure
-cache and the table listing start empty as in a new process.
+cache and the table listing start empty as in a new process. The helpers at the end build the
+jobs the contract tests run (hourly loads into stage tables, the daily copy).
 """
 
 import abc
@@ -257,9 +258,17 @@ def stage(backend: Backend, warehouse: Warehouse, hour: dt.datetime, rows: int) 
 
 
 def publish(
-    warehouse: Warehouse, day: dt.date, hours: list[dt.datetime], fingerprint: str
+    warehouse: Warehouse,
+    day: dt.date,
+    hours: list[dt.datetime],
+    fingerprint: str,
+    decorate: bool = True,
 ) -> JobOutcome:
-    """One WRITE_TRUNCATE copy of the hours' stage tables into ``pageviews$YYYYMMDD``."""
+    """One WRITE_TRUNCATE copy of the hours' stage tables into ``pageviews$YYYYMMDD``.
+
+    Each source names its partition of ``day`` (``stage$YYYYMMDD``, as
+    :func:`bq_platform.lib.publish.day_copy_plan` does) unless ``decorate`` is False.
+    """
     spec = pageviews_spec(require_partition_filter=False)  # GAP-RPF: the emulator drops it
     warehouse.ensure_table(spec)
     partition = f"{day:%Y%m%d}"
@@ -267,7 +276,9 @@ def publish(
     def make(generation: int) -> CopyJob:
         return CopyJob(
             job_id=job_id("copy", spec.name, partition, fingerprint, generation),
-            sources=tuple(stage_spec("full", h).name for h in hours),
+            sources=tuple(
+                stage_spec("full", h).name + (f"${partition}" if decorate else "") for h in hours
+            ),
             destination=f"{spec.name}${partition}",
             labels=job_labels("pageviews", partition, RUN_ID, fingerprint),
         )

@@ -268,6 +268,13 @@ CASES: list[Case] = [
     Case(
         "copy-missing-source",
         "source table pageviews_stage_1995080105 does not exist (404 Not found)",
+        job=copy_job(sources=(f"{STAGE.name}$19950801", "pageviews_stage_1995080105$19950801")),
+        tables=_SOURCES,
+    ),
+    Case(
+        "copy-whole-tables-into-partition",
+        "a copy of several sources into the partition pageviews$19950801 takes each source's "
+        "partition of that day",
         job=copy_job(sources=(STAGE.name, "pageviews_stage_1995080105")),
         tables=_SOURCES,
     ),
@@ -280,7 +287,7 @@ CASES: list[Case] = [
     Case(
         "copy-mixed-sources",
         _NOT_PARTITIONED,
-        job=copy_job(sources=(STAGE.name, "flat_pageviews")),
+        job=copy_job(sources=(f"{STAGE.name}$19950801", "flat_pageviews$19950801")),
         tables=(STAGE, FLAT, PAGEVIEWS),
     ),
     Case(

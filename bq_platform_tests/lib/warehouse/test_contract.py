@@ -257,6 +257,7 @@ def test_publish_of_a_whole_day(backend: Backend) -> None:
         assert len(copies) == 2 and len(copies[1]["sourceTables"]) == 24
         assert copies[1]["destinationTable"]["tableId"] == "pageviews$19950801"
         assert copies[1]["writeDisposition"] == "WRITE_TRUNCATE"
+        assert copies[1]["sourceTables"][4]["tableId"] == "pageviews_stage_1995080104$19950801"
     assert backend.activity(warehouse) > before
     check = backend.warehouse()
     assert check.partition_rows("pageviews", DAY) == sum(rows.values())
@@ -274,15 +275,21 @@ def test_publish_of_a_whole_day(backend: Backend) -> None:
     assert record is not None and (record.job_id, record.rows) == (replaced.job_id, want)
 
 
-def test_copy_with_rows_of_another_day_fails_and_changes_nothing(backend: Backend) -> None:
+def test_rows_of_another_day_never_reach_the_day_partition(backend: Backend) -> None:
+    """A copy into ``table$YYYYMMDD`` fails if a row is of another day (nothing changes); a
+    source named by its partition (``stage$YYYYMMDD``) gives only that day's rows."""
     warehouse = backend.warehouse()
     load_hour(backend, warehouse, HOURS[0], 2)
     publish(warehouse, DAY, [HOURS[0]], sha256_json(["ok"]))
     stray = dt.datetime.combine(NEXT_DAY, dt.time(3), dt.UTC)
-    load_hour(backend, warehouse, HOURS[1], 2, "stray", day_of_rows=stray)
+    load_hour(backend, warehouse, HOURS[1], 3, "stray", day_of_rows=stray)
     with pytest.raises(JobFailedError, match="Some rows belong to different partitions"):
-        publish(warehouse, DAY, [HOURS[0], HOURS[1]], sha256_json(["bad"]))
+        publish(warehouse, DAY, [HOURS[1]], sha256_json(["bad"]), decorate=False)
     assert warehouse.partition_rows("pageviews", DAY) == 2
+    outcome = publish(warehouse, DAY, [HOURS[0], HOURS[1]], sha256_json(["decorated"]))
+    assert (outcome.action, outcome.rows) == ("submitted", 2)
+    assert warehouse.partition_rows("pageviews", DAY) == 2
+    assert warehouse.table_rows("pageviews") == 2
 
 
 # -- ledger and counts -----------------------------------------------------------------------

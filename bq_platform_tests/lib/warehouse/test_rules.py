@@ -88,12 +88,12 @@ def test_limits_themselves_pass() -> None:
     check(
         Case("load-10000-uris", "", job=load_job(job_id=job_id, source_uris=uris), tables=(STAGE,))
     )
-    sources = tuple(f"pageviews_stage_{i}" for i in range(1200))
+    sources = tuple(f"pageviews_stage_{i}$19950801" for i in range(1200))
     rules.check_copy_job(
         "copy_g0",
         "pageviews$19950801",
         sources,
-        {name: spec(STAGE, name=name) for name in sources},
+        {name.split("$")[0]: spec(STAGE, name=name.split("$")[0]) for name in sources},
         PAGEVIEWS,
         "WRITE_TRUNCATE",
         LABELS,
@@ -111,11 +111,12 @@ def test_the_daily_publish_passes() -> None:
         )
     )
     hours = [stage_spec("full", HOUR.replace(hour=h)) for h in range(24)]
-    copy = copy_job(sources=tuple(h.name for h in hours))
+    copy = copy_job(sources=tuple(f"{h.name}$19950801" for h in hours))
     check(Case("copy-day", "", job=copy, tables=(*hours, PAGEVIEWS)))
     sample_hours = [stage_spec("sample", HOUR.replace(hour=h)) for h in range(24)]
     sample_copy = copy_job(
-        sources=tuple(h.name for h in sample_hours), destination="pageviews_sample$19950801"
+        sources=tuple(f"{h.name}$19950801" for h in sample_hours),
+        destination="pageviews_sample$19950801",
     )
     check(Case("copy-sample", "", job=sample_copy, tables=(*sample_hours, pageviews_sample_spec())))
 

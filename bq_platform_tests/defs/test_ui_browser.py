@@ -1,0 +1,243 @@
+"""The Dagster UI in a real browser: asset graph, partitions, per-partition check results.
+
+A day (1995-08-01) of two real hours (a slice of ../shared/data's NASA log) is built and
+published; 1995-08-02 has six hours built and its completeness report run, so its
+``all_hours_complete`` check fails (WARN) while 1995-08-01's passes. Then ``dagster-webserver``
+serves that instance on loopback and headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, driven by Selenium) opens the pages an operator uses. Screenshots go to
+docs/screenshots/ (the README shows them).
+
+Skipped, with the reason, where no browser is installed: ``.ci/run`` installs it, so CI always
+runs this test.
+"""
+
+import contextlib
+import gzip
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from bq_platform_tests.conftest import REPO_ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.browser]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
+NASA = "ksc.nasa.gov"
+WAIT_SECONDS = 120  # the UI computes partition status of ~275k hours; slow on a busy machine
+
+
+def _missing_browser() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[test]')"
+    if not CHROMIUM or not CHROMEDRIVER:
+        return (
+            "no headless browser: install Debian's chromium and chromium-driver "
+            "(apt-get install -y chromium chromium-driver; .ci/run does this in CI)"
+        )
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _materialize(home: Path, access_logs: Path) -> None:
+    """Land two real hours and run the pipeline's jobs against ``$DAGSTER_HOME``."""
+    from bq_platform.definitions import defs
+    from bq_platform.lib.landing import land_file
+    from bq_platform.lib.objectstore.local import LocalObjectStore
+
+    (log,) = (access_logs / NASA).glob("*.gz")
+    lines = [
+        line
+        for line in gzip.open(log)
+        if b"01/Aug/1995:00:" in line or b"01/Aug/1995:01:" in line  # 04-05 UTC (-0400)
+    ]
+    slice_path = home / "nasa-slice.log.gz"
+    slice_path.write_bytes(gzip.compress(b"".join(lines)))
+    land_file(LocalObjectStore(home / "lake"), NASA, slice_path)
+    definitions = defs()
+    hourly = definitions.resolve_job_def("pageviews_hourly_job")
+    daily = definitions.resolve_job_def("pageviews_daily_job")
+    with dg.DagsterInstance.get() as instance:
+        for start, end in (("1995-08-01T00", "1995-08-01T23"), ("1995-08-02T00", "1995-08-02T05")):
+            tags = {
+                "dagster/asset_partition_range_start": start,
+                "dagster/asset_partition_range_end": end,
+            }
+            assert hourly.execute_in_process(instance=instance, tags=tags).success
+        assert daily.execute_in_process(instance=instance, partition_key="1995-08-01").success
+        report_only = [dg.AssetKey(["reports", "pageviews_completeness"])]
+        assert daily.execute_in_process(
+            instance=instance, partition_key="1995-08-02", asset_selection=report_only
+        ).success
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(
+        home / "lake" / "reports" / "completeness" / "day=1995-08-01.png",
+        SCREENSHOTS / "completeness_picture.png",
+    )
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory, access_logs: Path, spark) -> Iterator[str]:
+    """Base URL of a dagster-webserver on loopback serving a materialized temp instance."""
+    reason = _missing_browser()
+    if reason:
+        pytest.skip(reason)
+    home = tmp_path_factory.mktemp("ui")
+    dagster_home = home / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {"BQ_PLATFORM_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        mp.delenv("BQ_PLATFORM_ENV", raising=False)
+        _materialize(home, access_logs)
+    port = _free_port()
+    webserver = Path(sys.executable).parent / "dagster-webserver"
+    log = (home / "webserver.log").open("w")
+    process = subprocess.Popen(
+        [str(webserver), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env, "BQ_PLATFORM_ENV": "local"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"{base}/server_info", timeout=2)
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"dagster-webserver did not start: {(home / 'webserver.log').read_text()}"
+                )
+            time.sleep(1)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(ui: str) -> Iterator[object]:
+    """Headless Chromium, with Dagster's first-visit newsletter dialog dismissed."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1600,1000")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        driver.get(f"{ui}/overview")
+        _wait_for(driver, "Overview")
+        time.sleep(2)
+        for button in driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']"):
+            button.click()
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait_for(driver, *texts: str) -> str:
+    """Wait until the page shows every one of ``texts``; return the page text."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def shown(d) -> str | bool:
+        body = d.find_element(By.TAG_NAME, "body").text
+        return body if all(t in body for t in texts) else False
+
+    try:
+        return WebDriverWait(driver, WAIT_SECONDS, poll_frequency=1).until(shown)
+    except Exception:
+        body = driver.find_element(By.TAG_NAME, "body").text
+        missing = [t for t in texts if t not in body]
+        raise AssertionError(
+            f"{driver.current_url} does not show {missing}:\n{body[:3000]}"
+        ) from None
+
+
+def _shot(driver, name: str) -> None:
+    time.sleep(1)  # let charts and icons settle
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+def test_asset_graph_shows_the_pipeline_and_its_checks(browser, ui):
+    browser.get(f"{ui}/locations/bq_platform/asset-groups/warehouse")
+    _wait_for(
+        browser,
+        "pageview_files",
+        "pageviews_stage",
+        "pageviews_sample_stage",
+        "pageviews_audit",
+        "pageviews_sample",
+        "pageviews_completeness",
+        "1 / 1 Passed",
+        "2 / 2 Passed",
+    )
+    _shot(browser, "asset_graph")
+
+
+def test_partitions_view_shows_materialized_hours_and_their_metadata(browser, ui):
+    browser.get(f"{ui}/assets/lake/pageview_files?view=partitions&partition=1995-08-01T04")
+    # 24 hours of 1995-08-01 and 6 of 1995-08-02; the selected hour's numbers.
+    body = _wait_for(browser, "Materialized (30)", "Failed (0)", "source_lines", "per_site_hour")
+    assert "ksc.nasa.gov 1995-08-01T04" in body
+    assert "1995-08-01T04" in body and "pageviews_hourly_job" in body
+    _shot(browser, "partitions")
+
+
+def test_checks_tab_shows_each_partitions_result(browser, ui):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{ui}/assets/lake/pageview_files?view=checks")
+    _wait_for(browser, "accounting_identity", "Partition", "Passed", "expected", "difference")
+    _shot(browser, "checks")
+
+    browser.get(f"{ui}/assets/reports/pageviews_completeness?view=checks")
+    _wait_for(browser, "all_hours_complete")
+    tabs = browser.find_elements(By.XPATH, "//*[normalize-space()='Partitions']")
+    tabs[-1].click()  # the check's own Partitions tab (the asset has one too)
+    # One day passed (1995-08-01: 24/24 hours), one failed (1995-08-02: 6 of 24 built).
+    _wait_for(browser, "Failed (1)", "Passed (1)", "1995-08-02", "1995-08-01")
+    browser.find_element(By.XPATH, "//*[normalize-space()='1995-08-02']").click()
+    _wait_for(browser, "6/24 hours complete")
+    _shot(browser, "check_partitions")
+
+
+def test_completeness_report_shows_the_gap(browser, ui):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{ui}/assets/reports/pageviews_completeness?view=partitions&partition=1995-08-01")
+    _wait_for(browser, "complete_hours", "Show Markdown")
+    browser.find_element(By.XPATH, "//*[normalize-space()='[Show Markdown]']").click()
+    body = _wait_for(browser, "24/24 hours complete", "source_lines", "pageviews", "rejected")
+    assert "ksc.nasa.gov" in body
+    _shot(browser, "completeness_report")

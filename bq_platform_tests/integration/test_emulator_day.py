@@ -1,0 +1,202 @@
+"""A whole UTC day end to end on the emulators: hourly loads, the daily publish, the checks.
+
+A real slice of the bundled NASA log (every :data:`EVERY`-th line of the file, which covers
+1995-08-01 04:00..18:52 UTC) is landed and built by Spark for all 24 hours of the day (hours
+without lines are built as empty hours); the Parquet files and manifests go to
+gcp-storage-emulator through ``GCSObjectStore``; then, through the production
+``BigQueryWarehouse`` on bqemulator:
+
+1. the audit rows of the 24 hours, and 24 x 2 ``load_stage_hour`` (full and sample);
+2. ``day_completeness``: every hour built, balanced, audited, stage rows as written;
+3. ``publish_day``: one WRITE_TRUNCATE copy of the 24 stage tables into
+   ``pageviews$19950801`` (and ``pageviews_sample$19950801``); bqemulator cannot copy into a
+   partition decorator (GAP-DECORATOR), so :class:`~bq_platform_tests.bigquery_shim.
+   BigQueryShim` runs it as BigQuery documents it;
+4. the checks: the day partition holds the sum of its hours (the ``partition_matches_stage``
+   check), row for row; every landed line is accounted for; a re-run submits nothing.
+
+GAP-HIVE work-around as in ``test_emulator_hourly_path.py`` (keys without ``key=value``).
+"""
+
+import datetime as dt
+import gzip
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bq_platform.lib.accounting import audit_records
+from bq_platform.lib.build import build_hours
+from bq_platform.lib.hours import day_hours
+from bq_platform.lib.landing import land_file
+from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.objectstore.gcs import GCSObjectStore
+from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.publish import (
+    KINDS,
+    day_completeness,
+    expected_rows,
+    load_stage_hour,
+    publish_day,
+    read_hour_manifest,
+)
+from bq_platform.lib.retries import api_retry, query_job_retry
+from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+from bq_platform.lib.warehouse.schema import stage_spec
+from bq_platform_tests import emulators
+from bq_platform_tests.bigquery_shim import BigQueryShim
+from bq_platform_tests.integration.test_emulator_hourly_path import _utc_hour, upload_hour
+
+pytestmark = [pytest.mark.emulator, pytest.mark.spark]
+
+gcs_emulator = emulators.gcs_emulator  # one of each emulator for this module
+bq_emulator = emulators.bq_emulator
+
+NASA = "ksc.nasa.gov"
+DAY = dt.date(1995, 8, 1)
+#: Keep every EVERY-th line of the log: ~4,250 real lines spread over the day's 15 hours.
+EVERY = 8
+PUBLISHED = {"full": "pageviews", "sample": "pageviews_sample"}
+
+
+def thin_log(source: Path, target: Path, every: int) -> dict[dt.datetime, int]:
+    """Write every ``every``-th line of ``source`` to ``target`` (gzip); lines per UTC hour.
+
+    A line without a readable timestamp counts in the hour of the line before it.
+    """
+    lines = gzip.decompress(source.read_bytes()).split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    kept = lines[::every]
+    target.write_bytes(gzip.compress(b"".join(line + b"\n" for line in kept)))
+    per_hour: dict[dt.datetime, int] = {}
+    current = None
+    for line in kept:
+        current = _utc_hour(line) or current
+        assert current is not None
+        per_hour[current] = per_hour.get(current, 0) + 1
+    return per_hour
+
+
+@pytest.fixture(scope="module")
+def built_day(
+    spark: Any, access_logs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[LocalObjectStore, dict[dt.datetime, int], dict[dt.datetime, HourManifest]]:
+    root = tmp_path_factory.mktemp("e2e-day")
+    (source,) = (access_logs / NASA).glob("*.log.gz")
+    log_slice = root / "nasa-thin.log.gz"
+    lines = thin_log(source, log_slice, EVERY)
+    assert {h.date() for h in lines} == {DAY} and len(lines) >= 12  # most of the day has data
+    store = LocalObjectStore(root / "lake")
+    land_file(store, NASA, log_slice)
+    manifests = build_hours(spark, store, day_hours(DAY), attempt_id="day-1", visitor_key="k")
+    return store, lines, {m.hour: m for m in manifests}
+
+
+def test_whole_day_on_the_emulators(
+    built_day: tuple[LocalObjectStore, dict[dt.datetime, int], dict[dt.datetime, HourManifest]],
+    bq_emulator: emulators.BigQueryEmulator,
+    gcs_emulator: emulators.GCSEmulator,
+) -> None:
+    local, lines, manifests = built_day
+    hours = day_hours(DAY)
+    assert sorted(manifests) == hours
+    bucket = emulators.unique_name("day").replace("_", "-")
+    gcs_emulator.client().create_bucket(bucket)
+    gcs = GCSObjectStore(bucket, gcs_emulator.client())
+    uploaded = {h: upload_hour(local, gcs, manifests[h]) for h in hours}
+    shim = BigQueryShim(bq_emulator.endpoint, bq_emulator.project)
+    dataset = emulators.unique_name("day")
+
+    def run() -> tuple[BigQueryWarehouse, emulators.RecordingSession]:
+        session = shim.session()
+        warehouse = BigQueryWarehouse(
+            bq_emulator.client(session),
+            bq_emulator.project,
+            dataset,
+            "US",
+            retry=api_retry(timeout_s=5.0),
+            job_retry=query_job_retry(timeout_s=5.0),
+            poll_initial_s=0.01,
+            poll_max_s=0.05,
+        )
+        return warehouse, session
+
+    # 1. The hourly steps: audit rows, then the loads of 24 hours x 2 kinds.
+    warehouse, session = run()
+    audit = [
+        row
+        for h in hours
+        for row in audit_records(uploaded[h].counts, uploaded[h].fingerprint, "r1")
+    ]
+    warehouse.replace_audit_rows(hours, audit)
+    for hour in hours:
+        manifest = read_hour_manifest(gcs, hour)
+        assert manifest == uploaded[hour]
+        for kind in KINDS:
+            result = load_stage_hour(warehouse, gcs, manifest, kind, asset="stage", run_id="r1")
+            assert result.outcome.action == "submitted" and result.matches
+            assert result.table_rows == result.outcome.rows == expected_rows(manifest, kind)
+
+    # 2. The day's gate: all 24 hours ready.
+    gates = {kind: day_completeness(warehouse, gcs, DAY, kind) for kind in KINDS}
+    assert all(gate.complete for gate in gates.values()), {
+        k: g.describe() for k, g in gates.items()
+    }
+
+    # 3. The daily publish: one copy per kind, 24 sources, into the day partition.
+    published = {
+        kind: publish_day(
+            warehouse, gates[kind], kind, asset="day", run_id="r1", require_partition_filter=False
+        )
+        for kind in KINDS
+    }
+    copies = [
+        b["configuration"]["copy"] for b in session.job_inserts() if "copy" in b["configuration"]
+    ]
+    assert [c["destinationTable"]["tableId"] for c in copies] == [
+        f"{PUBLISHED[kind]}$19950801" for kind in KINDS
+    ]
+    assert all(len(c["sourceTables"]) == 24 for c in copies)
+    assert shim.answered["copy"] == 2
+
+    # 4. The checks: day = sum of its hours, row for row; every landed line accounted for.
+    for kind, result in published.items():
+        hour_rows = [warehouse.table_rows(stage_spec(kind, h).name) for h in hours]
+        want = sum(expected_rows(uploaded[h], kind) for h in hours)
+        assert result.outcome.action == "submitted" and result.hours == 24
+        assert result.partition_rows == result.expected_rows == sum(hour_rows) == want
+        assert result.outcome.rows == want
+        assert warehouse.table_rows(PUBLISHED[kind]) == want  # nothing outside the day
+        day_ids = _event_ids(shim, f"{dataset}.{PUBLISHED[kind]}")
+        stage_ids = sorted(
+            i for h in hours for i in _event_ids(shim, f"{dataset}.{stage_spec(kind, h).name}")
+        )
+        assert day_ids == stage_ids and len(set(day_ids)) == want
+    assert published["full"].partition_rows > published["sample"].partition_rows > 0
+    stored = warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+    per_hour = {h: sum(r["source_lines"] for r in stored if r["hour"] == h) for h in hours}
+    assert per_hour == {h: lines.get(h, 0) for h in hours}
+    for row in stored:
+        assert row["source_lines"] == sum(
+            row[c]
+            for c in ("pageviews", "non_page_hits", "rejected", "duplicates", "out_of_window")
+        )
+
+    # A re-run (a new run, same content) submits nothing and finds the same day.
+    rerun, rerun_session = run()
+    for kind in KINDS:
+        gate = day_completeness(rerun, gcs, DAY, kind)
+        again = publish_day(
+            rerun, gate, kind, asset="day", run_id="r2", require_partition_filter=False
+        )
+        assert again.outcome.action == "skipped"
+        assert again.partition_rows == published[kind].partition_rows
+    assert rerun_session.job_inserts() == []
+    shim.close()
+
+
+def _event_ids(shim: BigQueryShim, table: str) -> list[str]:
+    """The test's own scan of a table's event IDs, sorted (straight to the emulator)."""
+    sql = f"SELECT event_id FROM `{shim.project}.{table}`"
+    return sorted(r["event_id"] for r in shim.backend.query(sql).result())

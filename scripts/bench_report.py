@@ -1,0 +1,229 @@
+"""Figures of ``scripts/benchmark.py``: the machine, derived ratios, text and Markdown.
+
+``write_markdown`` replaces what lies between :data:`BEGIN` and :data:`END` in
+docs/PERFORMANCE.md (the hand-written analysis around it stays), or writes a new file.
+Targets are issue 9's.
+"""
+
+import importlib.metadata
+import os
+import platform
+import statistics
+import subprocess
+from pathlib import Path
+
+BEGIN = "<!-- bench:begin (written by scripts/benchmark.py; do not edit by hand) -->"
+END = "<!-- bench:end -->"
+#: Issue 9's targets: (label, key of :func:`derived`, limit, True if the value must be <= limit).
+TARGETS = (
+    ("`run` / bare Spark, start-up included", "run_vs_spark", 1.5, True),
+    ("(`land` + `run`) / bare Spark", "land_run_vs_spark", 2.0, True),
+    ("landing, lines/s", "land_lines_per_s", 150_000, False),
+    (
+        "daily overhead (runs, warehouse jobs, checks), s/day (median day)",
+        "overhead_s_day",
+        3.0,
+        True,
+    ),
+)
+
+
+def machine() -> dict:
+    """nproc, memory, CPU, OS and the versions that matter."""
+    info: dict = {"nproc": os.cpu_count(), "os": platform.platform()}
+    try:
+        meminfo = Path("/proc/meminfo").read_text().split()
+        info["memory_gib"] = round(int(meminfo[meminfo.index("MemTotal:") + 1]) / 2**20, 1)
+        cpu = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in x]
+        info["cpu"] = cpu[0].split(":", 1)[1].strip() if cpu else platform.machine()
+    except (OSError, ValueError):
+        pass
+    info["python"] = platform.python_version()
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+        info["java"] = java.stderr.splitlines()[0] if java.stderr else "?"
+    except OSError:
+        info["java"] = "not found"
+    for package in ("pyspark", "duckdb", "dagster"):
+        try:
+            info[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            info[package] = "?"
+    return info
+
+
+def derived(r: dict) -> dict:
+    """Ratios, rates and the daily overhead of one scale's result."""
+    spark, duck = r["bare_spark"]["seconds"], r["bare_duckdb"]["seconds"]
+    land, run = r["land"]["seconds"], r["run"]["seconds"]
+    overheads = [d["overhead_s"] for d in r.get("days", [])]
+    return {
+        "run_vs_spark": run / spark,
+        "land_run_vs_spark": (land + run) / spark,
+        "run_vs_duckdb": run / duck,
+        "land_lines_per_s": r["lines"] / land,
+        "run_lines_per_s": r["lines"] / run,
+        "spark_lines_per_s": r["lines"] / spark,
+        "duckdb_lines_per_s": r["lines"] / duck,
+        "build_s": sum(d["build_s"] for d in r.get("days", [])),
+        "overhead_s_day": statistics.median(overheads) if overheads else float("nan"),
+        "overhead_s_days": overheads,
+    }
+
+
+def _loads(report: dict) -> list[float]:
+    """Load averages (1 min) seen before and after every step."""
+    return [
+        x
+        for r in report["results"]
+        for k, v in r.items()
+        if isinstance(v, dict)
+        for x in v.get("load", [])
+    ]
+
+
+def _busy(report: dict) -> bool:
+    loads = _loads(report)
+    return bool(loads) and max(loads) > report["machine"]["nproc"]
+
+
+def summary_text(report: dict) -> str:
+    """A few lines per scale for the console."""
+    lines = []
+    for r in report["results"]:
+        d = derived(r)
+        lines.append(
+            f"{r['scale']}x {r['lines']:,} lines: bare Spark {r['bare_spark']['seconds']:.1f} s, "
+            f"bare DuckDB {r['bare_duckdb']['seconds']:.1f} s, land {r['land']['seconds']:.1f} s "
+            f"({d['land_lines_per_s']:,.0f} lines/s), run {r['run']['seconds']:.1f} s; "
+            f"run/Spark {d['run_vs_spark']:.2f}x, land+run/Spark {d['land_run_vs_spark']:.2f}x, "
+            f"run/DuckDB {d['run_vs_duckdb']:.2f}x; overhead {d['overhead_s_day']:.1f} s/day; "
+            f"peak JVM {r['run']['peak_jvm_mib']} MiB, "
+            f"driver Python {r['run']['peak_python_mib']} MiB"
+        )
+    if _busy(report):
+        lines.append("NOTE: the load average exceeded the core count: the machine was busy.")
+    return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def markdown(report: dict) -> str:
+    """The generated block of docs/PERFORMANCE.md."""
+    m, results = report["machine"], report["results"]
+    base = results[0]
+    out = [
+        BEGIN,
+        "",
+        f"Run {report['started']} to {report['finished']} (UTC), master `{report['master']}`, "
+        f"scales {', '.join(f'{s}x' for s in report['scales'])}: "
+        f"`{report['command']}`.",
+        "",
+        f"Machine: {m.get('nproc')} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB, "
+        f"{m.get('os')}; Python {m.get('python')}, {m.get('java')}, PySpark {m.get('pyspark')}, "
+        f"DuckDB {m.get('duckdb')}, Dagster {m.get('dagster')}.",
+        "",
+    ]
+    if _busy(report) or report.get("note"):
+        out += [
+            "**Busy machine**: "
+            + (report.get("note") or "")
+            + " (load average before/after each step is in the raw JSON; "
+            f"max {max(_loads(report), default=0)}"
+            f" on {m.get('nproc')} cores). Treat these figures as upper bounds.",
+            "",
+        ]
+    out += [
+        "### Targets (issue 9), at 1x",
+        "",
+        "| target | limit | measured | met |",
+        "|---|---|---|---|",
+    ]
+    d0 = derived(base)
+    for label, key, limit, at_most in TARGETS:
+        value = d0[key]
+        ok = value <= limit if at_most else value >= limit
+        sign = "<=" if at_most else ">="
+        out.append(f"| {label} | {sign} {_fmt(limit)} | {_fmt(value)} | {'yes' if ok else 'NO'} |")
+    out += [
+        "",
+        "### Side by side, per scale",
+        "",
+        "Seconds of wall time; each step is a subprocess, start-up included.",
+        "",
+        "| scale | lines | bare Spark (start-up + job) | bare DuckDB | `land` | `run` "
+        "| of which Spark build | run / Spark | land+run / Spark | run / DuckDB "
+        "| land lines/s | run lines/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        d = derived(r)
+        bs = r["bare_spark"]
+        out.append(
+            f"| {r['scale']}x | {r['lines']:,} | {bs['seconds']:.1f} ({bs['startup_s']:.1f} + "
+            f"{bs['job_s']:.1f}) | {r['bare_duckdb']['seconds']:.1f} | "
+            f"{r['land']['seconds']:.1f} | "
+            f"{r['run']['seconds']:.1f} | {d['build_s']:.1f} | {d['run_vs_spark']:.2f}x | "
+            f"{d['land_run_vs_spark']:.2f}x | {d['run_vs_duckdb']:.2f}x | "
+            f"{d['land_lines_per_s']:,.0f} | {d['run_lines_per_s']:,.0f} |"
+        )
+    out += [
+        "",
+        "### Growth and memory (peak resident size, MiB)",
+        "",
+        "| scale | `run` s per 1x | JVM (run) | driver Python (run) | JVM (bare Spark) "
+        "| Python (land) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        per = r["run"]["seconds"] / (r["scale"] / base["scale"])
+        out.append(
+            f"| {r['scale']}x | {per:.1f} | {r['run']['peak_jvm_mib']} "
+            f"| {r['run']['peak_python_mib']} | {r['bare_spark']['peak_jvm_mib']} "
+            f"| {r['land']['peak_python_mib']} |"
+        )
+    out += ["", "### Daily overhead (Dagster runs minus the Spark build step), s", ""]
+    out += ["| scale | days | per day | no-op `run` (nothing due) |", "|---|---|---|---|"]
+    for r in results:
+        days = ", ".join(
+            f"{d['day']}: {d['overhead_s']:.1f} ({d['runs']} runs)" for d in r.get("days", [])
+        )
+        out.append(
+            f"| {r['scale']}x | {len(r.get('days', []))} | {days or r.get('days_error')} | "
+            f"{r['noop_run']['seconds']:.1f} |"
+        )
+    out += ["", "### Slowest Dagster steps (seconds, summed over the days' runs)", ""]
+    out += ["| scale | step | seconds |", "|---|---|---|"]
+    for r in results:
+        top = sorted(r.get("steps", {}).items(), key=lambda kv: -kv[1])[:8]
+        out += [f"| {r['scale']}x | `{key}` | {sec:.1f} |" for key, sec in top]
+    out += ["", "### Warehouse jobs per table (local run: DuckDB job ledger)", ""]
+    out += [
+        "| scale | table | job type | jobs | tables | jobs per table | failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for row in r.get("ledger", []):
+            out.append(
+                f"| {r['scale']}x | `{row['table']}` | {row['job_type']} | {row['jobs']} "
+                f"| {row['tables']} | "
+                f"{row['jobs'] / max(row['tables'], 1):.1f} | {row['failed']} |"
+            )
+        if "ledger_error" in r:
+            out.append(f"| {r['scale']}x | ledger unreadable: {r['ledger_error']} | | | | | |")
+    out += ["", END]
+    return "\n".join(out)
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    """Put :func:`markdown` between the markers of ``path`` (or create it)."""
+    block = markdown(report)
+    text = path.read_text() if path.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
