@@ -11,7 +11,7 @@ export DAGSTER_HOME ?= $(BQ_PLATFORM_HOME)/dagster_home
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(CURDIR)/$(BIN)/python
 
-.PHONY: install run test lint dev bench clean
+.PHONY: install run test lint dev bench clean browser
 
 install: $(STAMP)
 
@@ -30,6 +30,14 @@ run: install
 test: install
 	$(BIN)/pytest -q
 
+## browser: Debian's headless Chromium + chromedriver for the browser test (root; CI runs it)
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "chromium and chromedriver are installed"; \
+	else \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+	fi
+
 lint: install
 	$(BIN)/ruff check bq_platform bq_platform_tests scripts
 	$(BIN)/ruff format --check bq_platform bq_platform_tests scripts
@@ -37,6 +45,7 @@ lint: install
 ## dev: the Dagster UI on http://127.0.0.1:3000 with the runs of `make run`
 dev: install
 	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/python -c "from pathlib import Path; from bq_platform.instance import ensure_dagster_yaml; ensure_dagster_yaml(Path('$(DAGSTER_HOME)'))"
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 ## bench: pipeline vs bare Spark/DuckDB on synthetic logs at 1x, 4x, 16x (BENCH_SCALES=1 for a

@@ -12,8 +12,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
-BEGIN = "<!-- bench:begin (written by scripts/benchmark.py; do not edit by hand) -->"
-END = "<!-- bench:end -->"
+BEGIN = "<!-- bench:{block}:begin (written by scripts/benchmark.py; do not edit by hand) -->"
+END = "<!-- bench:{block}:end -->"
 #: Issue 9's targets: (label, key of :func:`derived`, limit, True if the value must be <= limit).
 TARGETS = (
     ("`run` / bare Spark, start-up included", "run_vs_spark", 1.5, True),
@@ -110,12 +110,12 @@ def _fmt(value: float) -> str:
     return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
 
 
-def markdown(report: dict) -> str:
-    """The generated block of docs/PERFORMANCE.md."""
+def markdown(report: dict, block: str = "main") -> str:
+    """The generated block ``block`` of docs/PERFORMANCE.md."""
     m, results = report["machine"], report["results"]
     base = results[0]
     out = [
-        BEGIN,
+        BEGIN.format(block=block),
         "",
         f"Run {report['started']} to {report['finished']} (UTC), master `{report['master']}`, "
         f"scales {', '.join(f'{s}x' for s in report['scales'])}: "
@@ -136,7 +136,7 @@ def markdown(report: dict) -> str:
             "",
         ]
     out += [
-        "### Targets (issue 9), at 1x",
+        f"### Targets (issue 9), at {base['scale']}x ({base['lines']:,} lines)",
         "",
         "| target | limit | measured | met |",
         "|---|---|---|---|",
@@ -213,17 +213,17 @@ def markdown(report: dict) -> str:
             )
         if "ledger_error" in r:
             out.append(f"| {r['scale']}x | ledger unreadable: {r['ledger_error']} | | | | | |")
-    out += ["", END]
+    out += ["", END.format(block=block)]
     return "\n".join(out)
 
 
-def write_markdown(report: dict, path: Path) -> None:
-    """Put :func:`markdown` between the markers of ``path`` (or create it)."""
-    block = markdown(report)
-    text = path.read_text() if path.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+def write_markdown(report: dict, path: Path, block: str = "main") -> None:
+    """Put :func:`markdown` between the markers of ``block`` in ``path`` (or create it)."""
+    begin, end = BEGIN.format(block=block), END.format(block=block)
+    text = path.read_text() if path.exists() else "# Performance\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + markdown(report, block) + rest.split(end, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
+        text = text.rstrip("\n") + "\n\n" + markdown(report, block) + "\n"
     path.write_text(text)

@@ -75,8 +75,12 @@ class PeakSampler(threading.Thread):
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
                 continue
-            name = status.split("\n", 1)[0].split()[-1]
-            kind = "jvm" if name == "java" else "python" if name.startswith("python") else None
+            try:
+                program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+            except OSError:
+                continue
+            name = program.rsplit(b"/", 1)[-1]
+            kind = "jvm" if name == b"java" else "python" if name.startswith(b"python") else None
             for line in status.splitlines():
                 if kind and line.startswith("VmHWM:"):
                     self.peaks[kind] = max(self.peaks[kind], int(line.split()[1]) / 1024)
@@ -244,6 +248,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=PERFORMANCE_MD)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--note", default="", help="a sentence for the report (e.g. busy)")
+    parser.add_argument(
+        "--block", default="main", help="which generated block of the report to replace"
+    )
     args = parser.parse_args()
     scales = [int(s) for s in str(args.scales).split(",") if s.strip()]
     work = args.work or Path(tempfile.mkdtemp(prefix="bqp-bench-"))
@@ -268,7 +275,7 @@ def main() -> None:
     else:
         print(json.dumps(report, indent=2, default=str))
     if not args.no_write:
-        bench_report.write_markdown(report, args.output)
+        bench_report.write_markdown(report, args.output, args.block)
         print(f"wrote {args.output}")
     if args.work is None and not args.keep:
         shutil.rmtree(work, ignore_errors=True)

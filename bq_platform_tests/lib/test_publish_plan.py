@@ -116,7 +116,9 @@ def test_offline_plan_requests_follow_bigquerys_rules(planned: list[dict]) -> No
         assert day == "19950801" and copy["writeDisposition"] == "WRITE_TRUNCATE"
         destination = specs[table]
         for source in copy["sourceTables"]:
-            stage = specs[source["tableId"]]
+            stage_table, _, source_day = source["tableId"].partition("$")
+            assert source_day == day  # several sources into a partition: each a partition
+            stage = specs[stage_table]
             # The copy is refused unless partitioning and clustering match (rules.check_copy_job).
             assert stage["timePartitioning"] == destination["timePartitioning"]
             assert stage["clustering"] == destination["clustering"]

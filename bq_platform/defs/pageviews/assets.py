@@ -161,7 +161,7 @@ def accounting_check(manifest: HourManifest) -> PartitionCheck:
         partition=hour_label(manifest.hour),
         passed=not problems,
         description=(
-            f"{len(counts)} sites balance: {expected} source lines accounted for"
+            f"{len(counts)} site(s) balance: {expected} source lines accounted for"
             if not problems
             else f"{len(problems)} problems: "
             + "; ".join(problems[:5])

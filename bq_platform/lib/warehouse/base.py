@@ -31,7 +31,7 @@ Semantics every backend keeps (they are BigQuery's):
 import abc
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from bq_platform.lib.warehouse import ledger, rules
@@ -184,6 +184,47 @@ def split_decorator(destination: str) -> tuple[str, dt.date | None]:
     return rules.split_destination(destination)
 
 
+def validate_job(job: Job, spec_of: Callable[[str], TableSpec | None]) -> None:
+    """Check a load or copy job against BigQuery's rules (:mod:`.rules`).
+
+    Args:
+        job: the job.
+        spec_of: the spec of a table (no decorator), None if it does not exist.
+
+    Raises:
+        RuleViolation: naming the job, the rule and its source, if BigQuery would refuse it.
+    """
+    table, _ = rules.split_destination(job.destination)
+    if isinstance(job, LoadJob):
+        rules.check_load_job(
+            job.job_id,
+            job.destination,
+            job.source_uris,
+            job.spec,
+            spec_of(table) or job.spec,
+            job.write_disposition,
+            job.labels,
+        )
+        return
+    destination_spec = spec_of(table)
+    if destination_spec is None:
+        raise RuleViolation(
+            f"BigQuery would refuse copy job {job.job_id}: destination table {table} does not "
+            "exist and we never let a copy create a table (CREATE_NEVER); ensure it first "
+            "(source: /bigquery/docs/reference/rest/v2/Job#JobConfigurationTableCopy)"
+        )
+    sources = sorted({rules.split_destination(s)[0] for s in job.sources})
+    rules.check_copy_job(
+        job.job_id,
+        job.destination,
+        job.sources,
+        {name: spec_of(name) for name in sources},
+        destination_spec,
+        job.write_disposition,
+        job.labels,
+    )
+
+
 class Warehouse(abc.ABC):
     """Tables and jobs. Backends: DuckDB (local) and BigQuery (production).
 
@@ -277,41 +318,9 @@ class Warehouse(abc.ABC):
     # -- jobs --------------------------------------------------------------------------------
 
     def validate_job(self, job: Job) -> None:
-        """Check ``job`` against BigQuery's rules with its destination's and sources' specs.
-
-        Raises:
-            RuleViolation: naming the job, the rule and its source, if BigQuery would refuse
-                it (nothing is sent or run).
-        """
-        table, _ = rules.split_destination(job.destination)
-        if isinstance(job, LoadJob):
-            rules.check_load_job(
-                job.job_id,
-                job.destination,
-                job.source_uris,
-                job.spec,
-                self.table_spec(table) or job.spec,
-                job.write_disposition,
-                job.labels,
-            )
-            return
-        destination_spec = self.table_spec(table)
-        if destination_spec is None:
-            raise RuleViolation(
-                f"BigQuery would refuse copy job {job.job_id}: destination table {table} does "
-                "not exist and we never let a copy create a table (CREATE_NEVER); ensure it "
-                "first (source: /bigquery/docs/reference/rest/v2/Job#JobConfigurationTableCopy)"
-            )
-        sources = {rules.split_destination(s)[0] for s in job.sources}
-        rules.check_copy_job(
-            job.job_id,
-            job.destination,
-            job.sources,
-            {name: self.table_spec(name) for name in sorted(sources)},
-            destination_spec,
-            job.write_disposition,
-            job.labels,
-        )
+        """Check ``job`` against BigQuery's rules (:func:`validate_job`) with the specs of its
+        destination and sources as ensured in this run or read back."""
+        validate_job(job, self.table_spec)
 
     def submit_job(self, job: Job) -> JobStatus:
         """Validate ``job`` (:meth:`validate_job`), then submit it with its own ID.

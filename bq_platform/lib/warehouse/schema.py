@@ -14,6 +14,8 @@ import hashlib
 import json
 from collections.abc import Mapping
 
+from bq_platform.lib.hours import hour_id
+
 PAGEVIEWS_TABLE = "pageviews"
 PAGEVIEWS_SAMPLE_TABLE = "pageviews_sample"
 AUDIT_TABLE = "pageviews_audit"
@@ -146,7 +148,7 @@ def pageviews_sample_spec(require_partition_filter: bool = True) -> TableSpec:
 
 def stage_table_name(kind: str, hour: dt.datetime) -> str:
     """``pageviews_stage_YYYYMMDDHH`` (kind ``full``) or ``pageviews_sample_stage_YYYYMMDDHH``."""
-    return STAGE_TABLE_PREFIX[kind] + hour.strftime("%Y%m%d%H")
+    return STAGE_TABLE_PREFIX[kind] + hour_id(hour)
 
 
 def stage_spec(kind: str, hour: dt.datetime) -> TableSpec:

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 
 from bq_platform.lib.warehouse import rules
-from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob
+from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob, validate_job
 from bq_platform.lib.warehouse.schema import (
     PAGEVIEW_COLUMNS,
     Column,
@@ -331,27 +331,4 @@ def check(case: Case) -> None:
     job = case.job
     assert job is not None
     specs = {t.name: t for t in case.tables}
-    table, _ = rules.split_destination(job.destination)
-    if isinstance(job, LoadJob):
-        rules.check_load_job(
-            job.job_id,
-            job.destination,
-            job.source_uris,
-            job.spec,
-            specs.get(table, job.spec),
-            job.write_disposition,
-            job.labels,
-        )
-        return
-    rules.check_copy_job(
-        job.job_id,
-        job.destination,
-        job.sources,
-        {
-            rules.split_destination(s)[0]: specs.get(rules.split_destination(s)[0])
-            for s in job.sources
-        },
-        specs[table],
-        job.write_disposition,
-        job.labels,
-    )
+    validate_job(job, specs.get)
