@@ -1,6 +1,8 @@
 """The hourly build: landed gzip logs -> pageview Parquet files + one manifest per UTC hour.
 
-This is the body of the ``pageview_files`` asset. For a set of UTC hours it:
+This is the body of the ``pageview_files`` asset. Steps 1-3 are
+:mod:`bq_platform.lib.deliveries`, step 7 :mod:`bq_platform.lib.hour_manifests`; this module
+runs the Spark pass. For a set of UTC hours it:
 
 1. lists the sites (``landing/pageviews/site=<name>``) and every hour's landed manifests;
 2. checks every landed file against its manifest (exists, byte size, SHA-256) and raises
@@ -30,54 +32,46 @@ Spark work: one read of the landed gzip (no shuffle: lines are numbered where th
 one persist, two small aggregations and three Parquet writes from the persisted rows.
 """
 
-import concurrent.futures
 import contextlib
-import dataclasses
 import datetime as dt
-import hashlib
-import io
 import logging
-import re
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bq_platform.lib import jobids, layout
+from bq_platform.lib import layout
 from bq_platform.lib import logformat as lf
-from bq_platform.lib.accounting import MAX_SAMPLE_CHARS, SiteHourCounts
-from bq_platform.lib.landing import LandingError
-from bq_platform.lib.landing_index import find_orphans, orphan_checksum
-from bq_platform.lib.manifest import HourManifest, LandedManifest, ManifestError
-from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.accounting import MAX_SAMPLE_CHARS
+from bq_platform.lib.deliveries import landed_hour, list_sites, verify_landed
+from bq_platform.lib.hour_manifests import (
+    _REJECTED,
+    _SAMPLE,
+    _SAMPLES,
+    HOUR_FOLDER_COLUMN,
+    hour_folder,
+    hour_manifests,
+    sum_counts,
+)
+from bq_platform.lib.manifest import HourManifest, LandedManifest
+from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
-from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
+from bq_platform.lib.pseudonymize import key_id
 from bq_platform.lib.transform import (
     CATEGORY_NON_PAGE,
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
     PAGEVIEW_COLUMN_NAMES,
-    TRANSFORM_VERSION,
     transform_lines,
 )
-from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
 
 #: Columns of the dead-letter Parquet files (the hour is the ``hour=`` folder).
 DEADLETTER_COLUMNS: tuple[str, ...] = ("site", "data_key", "line_no", "reason", "raw")
-#: Partition folder name of every Parquet output (``hour=YYYY-MM-DDTHH``).
-HOUR_FOLDER_COLUMN = "hour"
-GZIP_MAGIC = b"\x1f\x8b"
-#: Allowed landed file names (what the lander writes; Hadoop paths break on ':' and the like).
-_SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_SITE_FOLDER = "site="
-_MAX_LISTED_PROBLEMS = 20
-_VERIFY_THREADS = 8
 #: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and
 #: each landed file its own input split (see :func:`_read_lines`): Spark packs small files into
 #: one split until ``maxPartitionBytes``, counting ``openCostInBytes`` per file
@@ -91,181 +85,6 @@ _BUILD_SQL_CONF = {
 _ROW_IN_SPLIT_MASK = (1 << 33) - 1
 #: Read tasks per core after coalescing the one-file splits (Parquet files per hour and task).
 _READ_TASKS_PER_CORE = 2
-_LANDING_HINT = (
-    "re-land the file with `bq-platform land` (or have its producer deliver it again), "
-    "then run these hours again"
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class LandedDelivery:
-    """One landed manifest as the build sees it.
-
-    Attributes:
-        manifest_key: object key of the manifest.
-        manifest: its content.
-        duplicate: True when an earlier manifest (by key order) of the same site and hour has
-            the same SHA-256: this delivery's lines count as ``duplicates`` and are not read.
-    """
-
-    manifest_key: str
-    manifest: LandedManifest
-    duplicate: bool = False
-
-
-def list_sites(store: ObjectStore) -> list[str]:
-    """Sites with a landing folder (``landing/pageviews/site=<name>``), sorted.
-
-    Raises:
-        LandingError: if a ``site=`` folder has a name the pipeline cannot use.
-    """
-    sites = []
-    for folder in store.list_folders(layout.LANDING_PREFIX):
-        if not folder.startswith(_SITE_FOLDER):
-            continue
-        name = folder[len(_SITE_FOLDER) :]
-        try:
-            sites.append(layout.validate_site(name))
-        except ValueError as exc:
-            uri = store.uri(f"{layout.LANDING_PREFIX}/{folder}")
-            raise LandingError(f"{uri}: {exc}; rename the folder and land its files again") from exc
-    return sites
-
-
-def landed_deliveries(store: ObjectStore, site: str, hour: dt.datetime) -> list[LandedDelivery]:
-    """The landed manifests of one site and UTC hour, by key, duplicates marked.
-
-    Raises:
-        LandingError: as :func:`landed_hour`.
-    """
-    return landed_hour(store, site, hour)[0]
-
-
-def landed_hour(
-    store: ObjectStore, site: str, hour: dt.datetime
-) -> tuple[list[LandedDelivery], list[str]]:
-    """The landed manifests of one site and UTC hour (by key, duplicates marked) and the
-    orphans: data files of the folder no manifest names (an incomplete delivery, issue 7; see
-    :func:`bq_platform.lib.landing_index.find_orphans`). One listing of the folder.
-
-    Raises:
-        LandingError: if a manifest is unreadable, names another site or hour, or points at a
-            data file outside its folder or not named ``[A-Za-z0-9._-]+.gz``.
-    """
-    prefix = layout.landing_hour_prefix(site, hour)
-    deliveries: list[LandedDelivery] = []
-    seen: set[str] = set()
-    keys = store.list_keys(prefix)
-    for key in keys:
-        if layout.parse_landed_manifest_key(key) is None or key.count("/") != prefix.count("/") + 1:
-            continue
-        uri = store.uri(key)
-        try:
-            manifest = LandedManifest.from_json(store.read_bytes(key), where=uri)
-        except (ManifestError, ObjectNotFoundError) as exc:
-            raise LandingError(f"{exc}; {_LANDING_HINT}") from exc
-        folder, _, name = manifest.data_key.rpartition("/")
-        problem = None
-        if manifest.site != site or manifest.hour != hour:
-            problem = (
-                f"says site {manifest.site!r} hour {layout.hour_label(manifest.hour)} but is in "
-                f"the folder of site {site!r} hour {layout.hour_label(hour)}"
-            )
-        elif folder != prefix:
-            problem = f"points at {manifest.data_key!r}, outside its own folder {prefix!r}"
-        elif not _SAFE_NAME_RE.match(name) or not name.endswith(".gz"):
-            problem = (
-                f"names data file {name!r}: landed files must be gzip named [A-Za-z0-9._-]+.gz"
-            )
-        if problem:
-            raise LandingError(f"landed manifest {uri} {problem}; {_LANDING_HINT}")
-        deliveries.append(LandedDelivery(key, manifest, duplicate=manifest.sha256 in seen))
-        seen.add(manifest.sha256)
-    return deliveries, find_orphans(keys, [d.manifest for d in deliveries])
-
-
-def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
-    manifest = delivery.manifest
-    uri = store.uri(manifest.data_key)
-    where = f"landed file {uri} (manifest {store.uri(delivery.manifest_key)})"
-    try:
-        size = store.size(manifest.data_key)
-        if size != manifest.bytes:
-            return f"{where}: size is {size} bytes, the manifest says {manifest.bytes}"
-        data = store.read_bytes(manifest.data_key)
-    except ObjectNotFoundError:
-        return f"{where}: the file is missing"
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != manifest.sha256:
-        return f"{where}: SHA-256 is {digest}, the manifest says {manifest.sha256}"
-    if manifest.bytes and not data.startswith(GZIP_MAGIC):
-        return f"{where}: not a gzip file"
-    return None
-
-
-def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> None:
-    """Check that every landed file exists with its manifest's byte size and SHA-256.
-
-    Files are read in a few threads (object stores reward parallel reads).
-
-    Raises:
-        LandingError: listing every file that is missing or disagrees, and what to do.
-    """
-    with concurrent.futures.ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
-        results = list(pool.map(lambda d: _check_file(store, d), deliveries))
-    problems = sorted(p for p in results if p)
-    if problems:
-        shown = problems[:_MAX_LISTED_PROBLEMS]
-        more = len(problems) - len(shown)
-        raise LandingError(
-            f"{len(problems)} landed file(s) disagree with their manifests:\n  "
-            + "\n  ".join(shown)
-            + (f"\n  ... and {more} more" if more else "")
-            + f"\nFix: {_LANDING_HINT}."
-        )
-
-
-_ARROW_TYPES: Mapping[str, pa.DataType] = {
-    "STRING": pa.string(),
-    "INT64": pa.int64(),
-    "DATE": pa.date32(),
-    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
-}
-
-
-def pageview_arrow_schema() -> pa.Schema:
-    """Arrow schema of the pageview Parquet files, as Spark writes them.
-
-    :data:`~bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS` in order; ``TIMESTAMP`` is
-    ``TIMESTAMP(MICROS, UTC)`` (Spark with ``spark.sql.parquet.outputTimestampType=
-    TIMESTAMP_MICROS``), ``DATE`` is ``DATE``, ``INT64`` is ``INT64``; every field nullable, as
-    Spark always writes file sources. Used for the empty file of an hour without pages.
-    """
-    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in PAGEVIEW_COLUMNS])
-
-
-def _empty_parquet() -> bytes:
-    buffer = io.BytesIO()
-    pq.write_table(pageview_arrow_schema().empty_table(), buffer)
-    return buffer.getvalue()
-
-
-def _parquet_keys(store: ObjectStore, prefix: str) -> list[str]:
-    keys = []
-    for key in store.list_keys(prefix):
-        name = key.rsplit("/", 1)[-1]
-        if name.endswith(".parquet") and not name.startswith((".", "_")):
-            keys.append(key)
-    return keys
-
-
-def _parquet_keys_by_folder(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
-    """The Parquet files under ``prefix`` by their ``hour=`` folder (one listing: on GCS a
-    listing is a request, and a day has 24 hours of three outputs)."""
-    out: dict[str, list[str]] = {}
-    for key in _parquet_keys(store, prefix):
-        out.setdefault(key.rsplit("/", 1)[0], []).append(key)
-    return out
 
 
 @contextlib.contextmanager
@@ -282,10 +101,6 @@ def _sql_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-def _hour_folder(prefix: str, label: str) -> str:
-    return f"{prefix}/{HOUR_FOLDER_COLUMN}={label}"
 
 
 def _read_lines(
@@ -440,7 +255,7 @@ def build_hours(
 
     for hour in hour_list:  # replace what an earlier try of this attempt left
         for prefix in (full_prefix, sample_prefix, dead_prefix):
-            store.delete_prefix(_hour_folder(prefix, labels[hour]))
+            store.delete_prefix(hour_folder(prefix, labels[hour]))
 
     per_file: dict[str, dict[str, Any]] = {}
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
@@ -457,7 +272,7 @@ def build_hours(
             window=window,
         )
 
-    manifests = _hour_manifests(
+    manifests = hour_manifests(
         store,
         hour_list,
         sites,
@@ -471,7 +286,7 @@ def build_hours(
     )
     for manifest in manifests:  # last: a manifest names only complete files
         store.write_text(layout.hour_manifest_key(manifest.hour), manifest.to_json())
-        totals = _sum_counts(manifest.counts)
+        totals = sum_counts(manifest.counts)
         log.info(
             "hour %s: %d pageviews, %d sample rows, %d non-page, %d rejected, %d duplicates, "
             "%d out of window, %d files%s",
@@ -593,13 +408,6 @@ def _run_spark(
             rows.unpersist()
 
 
-_REJECTED = "rejected:"  # per-file count of rejected lines of a reason: "rejected:malformed"
-_SAMPLE = "sample:"  # per-file raw sample line: "sample:malformed" (first), "sample:" (last)
-_SAMPLES = "samples"  # key of a file's samples (_SAMPLE name -> raw line) in ``per_file``
-#: Raw rejected lines a site-hour's manifest keeps (for the rejected-share check).
-MAX_REJECTED_SAMPLES = 3
-
-
 def _rejected_aggregates() -> list[Column]:
     """Per-file aggregates for :mod:`bq_platform.lib.quality`, computed in the file-count pass.
 
@@ -619,123 +427,5 @@ def _rejected_aggregates() -> list[Column]:
     return columns
 
 
-def _rejected_details(files: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``rejected_reasons`` and ``rejected_samples`` of a site-hour from its files' aggregates.
-
-    Samples: the first line of each reason, most frequent reason first, then the files' last
-    rejected lines, up to :data:`MAX_REJECTED_SAMPLES` distinct lines.
-    """
-    reasons: dict[str, int] = {}
-    for f in files:
-        for key, value in f.items():
-            if key.startswith(_REJECTED) and value:
-                reason = key[len(_REJECTED) :]
-                reasons[reason] = reasons.get(reason, 0) + int(value)
-    ranked = sorted(reasons, key=lambda r: (-reasons[r], r))
-    candidates = [f.get(_SAMPLES, {}).get(_SAMPLE + r) for r in ranked for f in files]
-    candidates += [f.get(_SAMPLES, {}).get(_SAMPLE) for f in files]
-    samples: list[str] = []
-    for line in candidates:
-        if line is not None and line not in samples and len(samples) < MAX_REJECTED_SAMPLES:
-            samples.append(line)
-    return {"rejected_reasons": reasons, "rejected_samples": tuple(samples)}
-
-
 def _write(frame: DataFrame, uri: str) -> None:
     frame.write.mode("append").partitionBy(HOUR_FOLDER_COLUMN).parquet(uri)
-
-
-def _sum_counts(counts: Sequence[SiteHourCounts]) -> dict[str, int]:
-    fields = ("non_page_hits", "rejected", "duplicates", "out_of_window")
-    return {f: sum(getattr(c, f) for c in counts) for f in fields}
-
-
-def _hour_manifests(
-    store: ObjectStore,
-    hour_list: Sequence[dt.datetime],
-    sites: Sequence[str],
-    deliveries: Mapping[tuple[str, dt.datetime], Sequence[LandedDelivery]],
-    per_file: Mapping[str, Mapping[str, Any]],
-    visitors: Mapping[tuple[str, str], tuple[int, int]],
-    attempt_id: str,
-    key_ident: str,
-    prefixes: tuple[str, str, str],
-    orphans: Mapping[tuple[str, dt.datetime], Sequence[str]] | None = None,
-) -> list[HourManifest]:
-    """Counts, file lists and fingerprints per hour; writes empty Parquet files where needed.
-
-    ``orphans``: per (site, hour), data files no manifest names; recorded in the manifest and
-    part of the input fingerprint (as :attr:`~bq_platform.lib.landing_index.LandedHour.
-    input_fingerprint` computes it, so ``bq-platform run`` sees the hour as built).
-    """
-    full_prefix, sample_prefix, dead_prefix = prefixes
-    empty: bytes | None = None
-    written = {p: _parquet_keys_by_folder(store, p) for p in prefixes}  # 3 listings, not 5/hour
-    manifests = []
-    for hour in hour_list:
-        label = layout.hour_label(hour)
-        counts, mismatches, checksums = [], [], []
-        for site in sites:
-            ds = deliveries[(site, hour)]
-            checksums += [(site, d.manifest.sha256) for d in ds]
-            files = [per_file.get(d.manifest.data_key, {}) for d in ds if not d.duplicate]
-            for d in ds:
-                read = per_file.get(d.manifest.data_key, {}).get("lines_read", 0)
-                if not d.duplicate and read != d.manifest.lines:
-                    mismatches.append(
-                        {
-                            "data_key": d.manifest.data_key,
-                            "manifest_lines": d.manifest.lines,
-                            "lines_read": read,
-                        }
-                    )
-            n_visitors, n_sampled = visitors.get((site, label), (0, 0))
-            counts.append(
-                SiteHourCounts(
-                    site=site,
-                    hour=hour,
-                    source_lines=sum(d.manifest.lines for d in ds),
-                    pageviews=sum(f.get(CATEGORY_PAGE, 0) for f in files),
-                    non_page_hits=sum(f.get(CATEGORY_NON_PAGE, 0) for f in files),
-                    rejected=sum(f.get(CATEGORY_REJECTED, 0) for f in files),
-                    duplicates=sum(d.manifest.lines for d in ds if d.duplicate),
-                    out_of_window=sum(f.get(CATEGORY_OUT_OF_WINDOW, 0) for f in files),
-                    lines_read=sum(f.get("lines_read", 0) for f in files),
-                    sample_rows=sum(f.get("sample_rows", 0) for f in files),
-                    visitors=n_visitors,
-                    sample_visitors=n_sampled,
-                    files=len(files),
-                    **_rejected_details(files),
-                )
-            )
-        folders = {p: _hour_folder(p, label) for p in prefixes}
-        files_of = {p: written[p].get(folders[p], []) for p in prefixes}
-        for prefix in (full_prefix, sample_prefix):
-            if not files_of[prefix]:
-                if empty is None:
-                    empty = _empty_parquet()
-                key = f"{folders[prefix]}/part-00000-empty.parquet"
-                store.write_bytes(key, empty)
-                files_of[prefix] = [key]
-        hour_orphans = [k for site in sites for k in (orphans or {}).get((site, hour), ())]
-        checksums += [(layout.parse_landed_key(k)[0], orphan_checksum(k)) for k in hour_orphans]
-        input_fp = jobids.input_fingerprint(checksums)
-        manifests.append(
-            HourManifest(
-                hour=hour,
-                attempt_id=attempt_id,
-                fingerprint=jobids.hour_fingerprint(
-                    input_fp, TRANSFORM_VERSION, key_ident, SAMPLE_MODULUS
-                ),
-                input_fingerprint=input_fp,
-                full_files=tuple(files_of[full_prefix]),
-                sample_files=tuple(files_of[sample_prefix]),
-                deadletter_files=tuple(files_of[dead_prefix]),
-                rows=sum(c.pageviews for c in counts),
-                sample_rows=sum(c.sample_rows for c in counts),
-                counts=tuple(counts),
-                file_mismatches=tuple(mismatches),
-                orphan_files=tuple(hour_orphans),
-            )
-        )
-    return manifests

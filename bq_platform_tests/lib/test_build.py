@@ -20,12 +20,9 @@ import pytest
 
 from bq_platform.lib import jobids, layout
 from bq_platform.lib import logformat as lf
-from bq_platform.lib.build import (
-    DEADLETTER_COLUMNS,
-    LandingError,
-    build_hours,
-    pageview_arrow_schema,
-)
+from bq_platform.lib.build import DEADLETTER_COLUMNS, build_hours
+from bq_platform.lib.hour_manifests import pageview_arrow_schema
+from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page

@@ -1,0 +1,166 @@
+"""What the hourly build reads: the landed deliveries of a site and hour, checked.
+
+A *delivery* is one landed manifest and the data file it names
+(:mod:`bq_platform.lib.landing` writes both). Before Spark reads anything, the build
+(:mod:`bq_platform.lib.build`):
+
+- lists the sites (``landing/pageviews/site=<name>``) and each hour's manifests;
+- marks a delivery whose SHA-256 was already delivered for the same site and hour as a
+  duplicate (at-least-once delivery: its lines count as ``duplicates`` and are not read);
+- finds data files that no manifest names (an incomplete delivery: the hour is incomplete);
+- checks every kept file against its manifest (exists, byte size, SHA-256) and raises
+  :class:`~bq_platform.lib.landing.LandingError` naming each file that disagrees, with what to
+  do (land it again: landing repairs what disagrees with its manifest).
+"""
+
+import concurrent.futures
+import dataclasses
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Sequence
+
+from bq_platform.lib import layout
+from bq_platform.lib.landing import LandingError
+from bq_platform.lib.landing_index import find_orphans
+from bq_platform.lib.manifest import LandedManifest, ManifestError
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+
+GZIP_MAGIC = b"\x1f\x8b"
+#: Allowed landed file names (what the lander writes; Hadoop paths break on ':' and the like).
+_SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SITE_FOLDER = "site="
+_MAX_LISTED_PROBLEMS = 20
+_VERIFY_THREADS = 8
+_LANDING_HINT = (
+    "re-land the file with `bq-platform land` (or have its producer deliver it again), "
+    "then run these hours again"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LandedDelivery:
+    """One landed manifest as the build sees it.
+
+    Attributes:
+        manifest_key: object key of the manifest.
+        manifest: its content.
+        duplicate: True when an earlier manifest (by key order) of the same site and hour has
+            the same SHA-256: this delivery's lines count as ``duplicates`` and are not read.
+    """
+
+    manifest_key: str
+    manifest: LandedManifest
+    duplicate: bool = False
+
+
+def list_sites(store: ObjectStore) -> list[str]:
+    """Sites with a landing folder (``landing/pageviews/site=<name>``), sorted.
+
+    Raises:
+        LandingError: if a ``site=`` folder has a name the pipeline cannot use.
+    """
+    sites = []
+    for folder in store.list_folders(layout.LANDING_PREFIX):
+        if not folder.startswith(_SITE_FOLDER):
+            continue
+        name = folder[len(_SITE_FOLDER) :]
+        try:
+            sites.append(layout.validate_site(name))
+        except ValueError as exc:
+            uri = store.uri(f"{layout.LANDING_PREFIX}/{folder}")
+            raise LandingError(f"{uri}: {exc}; rename the folder and land its files again") from exc
+    return sites
+
+
+def landed_deliveries(store: ObjectStore, site: str, hour: dt.datetime) -> list[LandedDelivery]:
+    """The landed manifests of one site and UTC hour, by key, duplicates marked.
+
+    Raises:
+        LandingError: as :func:`landed_hour`.
+    """
+    return landed_hour(store, site, hour)[0]
+
+
+def landed_hour(
+    store: ObjectStore, site: str, hour: dt.datetime
+) -> tuple[list[LandedDelivery], list[str]]:
+    """The landed manifests of one site and UTC hour (by key, duplicates marked) and the
+    orphans: data files of the folder no manifest names (an incomplete delivery, issue 7; see
+    :func:`bq_platform.lib.landing_index.find_orphans`). One listing of the folder.
+
+    Raises:
+        LandingError: if a manifest is unreadable, names another site or hour, or points at a
+            data file outside its folder or not named ``[A-Za-z0-9._-]+.gz``.
+    """
+    prefix = layout.landing_hour_prefix(site, hour)
+    deliveries: list[LandedDelivery] = []
+    seen: set[str] = set()
+    keys = store.list_keys(prefix)
+    for key in keys:
+        if layout.parse_landed_manifest_key(key) is None or key.count("/") != prefix.count("/") + 1:
+            continue
+        uri = store.uri(key)
+        try:
+            manifest = LandedManifest.from_json(store.read_bytes(key), where=uri)
+        except (ManifestError, ObjectNotFoundError) as exc:
+            raise LandingError(f"{exc}; {_LANDING_HINT}") from exc
+        folder, _, name = manifest.data_key.rpartition("/")
+        problem = None
+        if manifest.site != site or manifest.hour != hour:
+            problem = (
+                f"says site {manifest.site!r} hour {layout.hour_label(manifest.hour)} but is in "
+                f"the folder of site {site!r} hour {layout.hour_label(hour)}"
+            )
+        elif folder != prefix:
+            problem = f"points at {manifest.data_key!r}, outside its own folder {prefix!r}"
+        elif not _SAFE_NAME_RE.match(name) or not name.endswith(".gz"):
+            problem = (
+                f"names data file {name!r}: landed files must be gzip named [A-Za-z0-9._-]+.gz"
+            )
+        if problem:
+            raise LandingError(f"landed manifest {uri} {problem}; {_LANDING_HINT}")
+        deliveries.append(LandedDelivery(key, manifest, duplicate=manifest.sha256 in seen))
+        seen.add(manifest.sha256)
+    return deliveries, find_orphans(keys, [d.manifest for d in deliveries])
+
+
+def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
+    manifest = delivery.manifest
+    uri = store.uri(manifest.data_key)
+    where = f"landed file {uri} (manifest {store.uri(delivery.manifest_key)})"
+    try:
+        size = store.size(manifest.data_key)
+        if size != manifest.bytes:
+            return f"{where}: size is {size} bytes, the manifest says {manifest.bytes}"
+        data = store.read_bytes(manifest.data_key)
+    except ObjectNotFoundError:
+        return f"{where}: the file is missing"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != manifest.sha256:
+        return f"{where}: SHA-256 is {digest}, the manifest says {manifest.sha256}"
+    if manifest.bytes and not data.startswith(GZIP_MAGIC):
+        return f"{where}: not a gzip file"
+    return None
+
+
+def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> None:
+    """Check that every landed file exists with its manifest's byte size and SHA-256.
+
+    Files are read in a few threads (object stores reward parallel reads).
+
+    Raises:
+        LandingError: listing every file that is missing or disagrees, and what to do.
+    """
+    with concurrent.futures.ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
+        results = list(pool.map(lambda d: _check_file(store, d), deliveries))
+    problems = sorted(p for p in results if p)
+    if problems:
+        shown = problems[:_MAX_LISTED_PROBLEMS]
+        more = len(problems) - len(shown)
+        raise LandingError(
+            f"{len(problems)} landed file(s) disagree with their manifests:\n  "
+            + "\n  ".join(shown)
+            + (f"\n  ... and {more} more" if more else "")
+            + f"\nFix: {_LANDING_HINT}."
+        )
