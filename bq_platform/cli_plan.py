@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from bq_platform.lib.hours import hours_between, parse_hour_label
+from bq_platform.lib.hours import day_hours, hours_between, parse_hour_label
 
 _REQUIRED = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BQ_DATASET", "BQ_PLATFORM_BUCKET")
 
@@ -87,7 +87,7 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
             parse_hour_label(start), parse_hour_label(end) + dt.timedelta(hours=1)
         )
     else:
-        hours = [h for d in scan_landing(store).days() for h in _day_hours(d)]
+        hours = [h for d in scan_landing(store).days() for h in day_hours(d)]
     budget = int(os.environ.get("BQ_PLATFORM_JOB_BUDGET") or JobBudget().per_table_per_day)
     result = build_plan(
         warehouse,
@@ -106,12 +106,6 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
     if over:
         click.echo(f"over the daily job budget: {', '.join(over)}", err=True)
         sys.exit(1)
-
-
-def _day_hours(day: dt.date) -> list[dt.datetime]:
-    from bq_platform.lib.hours import day_hours
-
-    return day_hours(day)
 
 
 class GsUriStore:

@@ -17,7 +17,7 @@ import collections
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from bq_platform.lib.jobs import first_decision
 from bq_platform.lib.objectstore.base import ObjectStore
@@ -64,7 +64,7 @@ class PlannedJob:
 
 
 @dataclasses.dataclass
-class DayPlan:
+class DayRequests:
     """The plan of one UTC day.
 
     Attributes:
@@ -81,16 +81,16 @@ class DayPlan:
 
 
 @dataclasses.dataclass
-class Plan:
+class RequestPlan:
     """The whole plan: days, and the budget use per table.
 
     Attributes:
-        days: one :class:`DayPlan` per UTC day, in order.
+        days: one :class:`DayRequests` per UTC day, in order.
         tables: tables ``ensure_table`` would create or patch (names, in order).
         budget: table -> (jobs already used today, jobs planned, budget per day).
     """
 
-    days: list[DayPlan]
+    days: list[DayRequests]
     tables: list[str]
     budget: dict[str, tuple[int, int, int]]
 
@@ -107,7 +107,7 @@ def build_plan(
     require_partition_filter: bool,
     budget: JobBudget,
     today: dt.date | None = None,
-) -> Plan:
+) -> RequestPlan:
     """Run the publish protocol in plan mode over ``hours`` (grouped by UTC day).
 
     ``warehouse`` must be the production adapter on a recording transport: this function calls
@@ -122,10 +122,10 @@ def build_plan(
         warehouse.ensure_table(spec)
     planned: collections.Counter[str] = collections.Counter()
     used: dict[str, int] = {}
-    days: list[DayPlan] = []
+    days: list[DayRequests] = []
     ordered = sorted(set(hours))
     for day, day_group in itertools.groupby(ordered, key=lambda h: h.date()):
-        plan = DayPlan(day)
+        plan = DayRequests(day)
         manifests = {}
         for hour in day_group:
             manifest = read_hour_manifest(store, hour)
@@ -155,11 +155,7 @@ def build_plan(
     usage = {
         table: (used[table], planned[table], budget.per_table_per_day) for table in sorted(used)
     }
-    return Plan(days, list(_ensured_names(warehouse)), usage)
-
-
-def _ensured_names(warehouse: Warehouse) -> Iterable[str]:
-    return warehouse._ensured.keys()  # noqa: SLF001 - the plan reports the ensure cache
+    return RequestPlan(days, warehouse.ensured_tables(), usage)
 
 
 def _plan_job(
@@ -195,7 +191,7 @@ def _plan_job(
     )
 
 
-def describe(plan: Plan) -> list[str]:
+def describe(plan: RequestPlan) -> list[str]:
     """The plan as lines for a terminal: per day, its jobs; then the budget per table."""
     lines: list[str] = []
     for day in plan.days:

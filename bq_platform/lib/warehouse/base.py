@@ -276,6 +276,10 @@ class Warehouse(abc.ABC):
             self._patch_table(spec, diff)
         self._ensured[spec.name] = spec
 
+    def ensured_tables(self) -> list[str]:
+        """Tables ensured (created, checked or patched) by this warehouse object, in order."""
+        return list(self._ensured)
+
     def forget_table(self, table: str) -> None:
         """Drop ``table`` from the ensure cache (after it was dropped or expired)."""
         self._ensured.pop(table, None)

@@ -57,7 +57,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import bigquery
 
 from bq_platform.lib.retries import api_retry, query_job_retry
-from bq_platform.lib.warehouse import rules
+from bq_platform.lib.warehouse import rules, schema
 from bq_platform.lib.warehouse.base import (
     TableExistsError,
     TableInfo,
@@ -121,7 +121,7 @@ def spec_of(table: bigquery.Table) -> TableSpec:
     return TableSpec(
         name=table.table_id,
         columns=tuple(
-            Column(f.name, rules.normalize_type(f.field_type), rules.normalize_mode(f.mode))
+            Column(f.name, schema.normalize_type(f.field_type), schema.normalize_mode(f.mode))
             for f in table.schema or ()
         ),
         partition_field=field,

@@ -14,7 +14,7 @@ from typing import Any
 
 from google.cloud import bigquery
 
-from bq_platform.lib.warehouse import ledger, rules
+from bq_platform.lib.warehouse import ledger, rules, schema
 from bq_platform.lib.warehouse.schema import AUDIT_TABLE, audit_spec
 
 
@@ -74,7 +74,7 @@ class BigQuerySql:
             f"VALUES ({', '.join('@' + n for n in names)})"
         )
         params = [
-            bigquery.ScalarQueryParameter(c.name, rules.normalize_type(c.type), row[c.name])
+            bigquery.ScalarQueryParameter(c.name, schema.normalize_type(c.type), row[c.name])
             for c in ledger.LEDGER_COLUMNS
         ]
         self._query(sql, params, dml=True)
@@ -115,7 +115,7 @@ class BigQuerySql:
                     None,
                     *[
                         bigquery.ScalarQueryParameter(
-                            c.name, rules.normalize_type(c.type), row[c.name]
+                            c.name, schema.normalize_type(c.type), row[c.name]
                         )
                         for c in spec.columns
                     ],

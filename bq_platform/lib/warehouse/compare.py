@@ -12,8 +12,7 @@ Each backend reads the existing table back as a :class:`TableSpec`, then calls :
 import dataclasses
 from collections.abc import Mapping
 
-from bq_platform.lib.warehouse.rules import normalize_mode, normalize_type
-from bq_platform.lib.warehouse.schema import Column, TableSpec
+from bq_platform.lib.warehouse.schema import Column, TableSpec, normalize_mode, normalize_type
 
 
 @dataclasses.dataclass(frozen=True)

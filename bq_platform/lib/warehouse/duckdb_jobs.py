@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from bq_platform.lib.warehouse import rules
+from bq_platform.lib.warehouse import rules, schema
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 
@@ -83,12 +83,12 @@ def ident(name: str) -> str:
 
 def duckdb_type(column: Column) -> str:
     """DuckDB type of a spec column (:data:`DUCKDB_TYPES`)."""
-    return DUCKDB_TYPES[rules.normalize_type(column.type)]
+    return DUCKDB_TYPES[schema.normalize_type(column.type)]
 
 
 def column_ddl(column: Column) -> str:
     """``"name" TYPE [NOT NULL]`` of a spec column (REQUIRED -> NOT NULL)."""
-    required = rules.normalize_mode(column.mode) == "REQUIRED"
+    required = schema.normalize_mode(column.mode) == "REQUIRED"
     return f"{ident(column.name)} {duckdb_type(column)}" + (" NOT NULL" if required else "")
 
 
@@ -119,7 +119,7 @@ def _parquet_select(con: duckdb.DuckDBPyConnection, job: LoadJob) -> tuple[str, 
         for column in job.spec.columns:
             target = duckdb_type(column)
             if column.name not in types:
-                if rules.normalize_mode(column.mode) == "REQUIRED":
+                if schema.normalize_mode(column.mode) == "REQUIRED":
                     raise JobError(
                         INVALID,
                         f"{path}: column {column.name!r} is missing and REQUIRED in "

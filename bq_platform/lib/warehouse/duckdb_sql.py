@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from bq_platform.lib.warehouse import ledger, rules
+from bq_platform.lib.warehouse import ledger, schema
 from bq_platform.lib.warehouse.base import WarehouseError
 from bq_platform.lib.warehouse.duckdb_jobs import duckdb_type, ident
 from bq_platform.lib.warehouse.schema import AUDIT_TABLE, TableSpec, audit_spec
@@ -167,7 +167,7 @@ def _audit_arrow(
             raise ValueError(f"audit row {index}: unknown columns {sorted(unknown)}")
         for column in spec.columns:
             value = row.get(column.name)
-            if value is None and rules.normalize_mode(column.mode) == "REQUIRED":
+            if value is None and schema.normalize_mode(column.mode) == "REQUIRED":
                 raise ValueError(f"audit row {index}: REQUIRED column {column.name!r} is missing")
             if column.type == "TIMESTAMP" and value is not None:
                 _require_aware(value, f"audit row {index} {column.name}")
@@ -175,9 +175,9 @@ def _audit_arrow(
             raise ValueError(
                 f"audit row {index}: hour {row['hour']} is not among the hours being replaced"
             )
-    schema = pa.schema([pa.field(c.name, _ARROW_TYPES[duckdb_type(c)]) for c in spec.columns])
+    arrow_schema = pa.schema([pa.field(c.name, _ARROW_TYPES[duckdb_type(c)]) for c in spec.columns])
     return pa.Table.from_pylist(
-        [{c: row.get(c) for c in spec.column_names} for row in rows], schema=schema
+        [{c: row.get(c) for c in spec.column_names} for row in rows], schema=arrow_schema
     )
 
 

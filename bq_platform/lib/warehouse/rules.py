@@ -50,7 +50,7 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from bq_platform.lib.warehouse.schema import Column, TableSpec
+from bq_platform.lib.warehouse.schema import Column, TableSpec, normalize_mode, normalize_type
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,1024}$")
 TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
@@ -65,15 +65,6 @@ MAX_COPY_SOURCES = 1_200
 MAX_CLUSTERING_COLUMNS = 4
 MAX_COLUMNS = 10_000
 
-#: Standard SQL type names we use, and the legacy names the API may return for them.
-TYPE_ALIASES: Mapping[str, str] = {
-    "INTEGER": "INT64",
-    "FLOAT": "FLOAT64",
-    "BOOLEAN": "BOOL",
-    "RECORD": "STRUCT",
-    "DECIMAL": "NUMERIC",
-    "BIGDECIMAL": "BIGNUMERIC",
-}
 KNOWN_TYPES = frozenset(
     {"STRING", "BYTES", "INT64", "FLOAT64", "BOOL", "TIMESTAMP", "DATETIME", "DATE", "NUMERIC"}
 )
@@ -96,17 +87,6 @@ class RuleViolation(ValueError):
 
 def _refuse(what: str, rule: str, source: str) -> RuleViolation:
     return RuleViolation(f"BigQuery would refuse {what}: {rule} (source: {source})")
-
-
-def normalize_type(type_name: str | None) -> str:
-    """Upper-case standard SQL name of a column type (``INTEGER`` -> ``INT64``; None -> STRING)."""
-    name = (type_name or "STRING").upper()
-    return TYPE_ALIASES.get(name, name)
-
-
-def normalize_mode(mode: str | None) -> str:
-    """Upper-case column mode; None (as the API returns it) -> ``NULLABLE``."""
-    return (mode or "NULLABLE").upper()
 
 
 def split_destination(destination: str) -> tuple[str, dt.date | None]:

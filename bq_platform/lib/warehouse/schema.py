@@ -23,6 +23,28 @@ STAGE_TABLE_PREFIX = {"full": "pageviews_stage_", "sample": "pageviews_sample_st
 STAGE_EXPIRATION_DAYS = 7
 
 
+#: Standard SQL type names we use, and the legacy names the API may return for them.
+TYPE_ALIASES: Mapping[str, str] = {
+    "INTEGER": "INT64",
+    "FLOAT": "FLOAT64",
+    "BOOLEAN": "BOOL",
+    "RECORD": "STRUCT",
+    "DECIMAL": "NUMERIC",
+    "BIGDECIMAL": "BIGNUMERIC",
+}
+
+
+def normalize_type(type_name: str | None) -> str:
+    """Upper-case standard SQL name of a column type (``INTEGER`` -> ``INT64``; None -> STRING)."""
+    name = (type_name or "STRING").upper()
+    return TYPE_ALIASES.get(name, name)
+
+
+def normalize_mode(mode: str | None) -> str:
+    """Upper-case column mode; None (as the API returns it) -> ``NULLABLE``."""
+    return (mode or "NULLABLE").upper()
+
+
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One column: BigQuery type name (STRING, INT64, TIMESTAMP, DATE) and mode."""
