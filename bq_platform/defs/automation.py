@@ -2,8 +2,8 @@
 
 - ``pageviews_hourly_job``: pageview files, stage tables and audit for a range of UTC hours
   (a day's hours run in one Spark session: the assets' backfill policy allows 24 per run).
-- ``pageviews_daily_job``: publishes one UTC day into ``pageviews`` and ``pageviews_sample``
-  and writes its completeness report.
+- ``pageviews_daily_job``: publishes one UTC day into ``pageviews`` and ``pageviews_sample``,
+  loads its dead letters into ``pageview_deadletters`` and writes its completeness report.
 - ``pageviews_automation_sensor`` (stopped by default; the operator turns it on): every
   ``MINIMUM_INTERVAL_SECONDS`` it asks :func:`bq_platform.lib.planning.plan_automation` (the
   same answer ``bq-platform run`` uses) what is due, and requests
@@ -43,6 +43,7 @@ HOURLY_SELECTION = dg.AssetSelection.assets(
 DAILY_SELECTION = dg.AssetSelection.assets(
     ["warehouse", "pageviews"],
     ["warehouse", "pageviews_sample"],
+    ["warehouse", "pageview_deadletters"],
     ["reports", "pageviews_completeness"],
 )
 MINIMUM_INTERVAL_SECONDS = 60
@@ -65,8 +66,8 @@ pageviews_daily_job = dg.define_asset_job(
     "pageviews_daily_job",
     selection=DAILY_SELECTION,
     partitions_def=daily_partitions,
-    description="Publish one UTC day into pageviews and pageviews_sample (copy jobs), and "
-    "report its completeness.",
+    description="Publish one UTC day into pageviews and pageviews_sample (copy jobs), load its "
+    "dead letters into pageview_deadletters, and report its completeness.",
 )
 
 

@@ -19,9 +19,9 @@ runs the Spark pass. For a set of UTC hours it:
    (:mod:`bq_platform.lib.quality`);
 6. writes Parquet under this attempt's own prefix (:func:`bq_platform.lib.layout.attempt_prefix`)
    in ``hour=YYYY-MM-DDTHH`` folders: ``full`` (pages), ``sample`` (pages of sampled visitors)
-   and the dead letters (rejected and out-of-window lines with reason and raw text); an hour
-   without pages still gets one empty Parquet file in ``full`` and ``sample``, so each load job
-   has at least one file;
+   and the dead letters (rejected and out-of-window lines with reason, raw text and delivery
+   hour; :mod:`bq_platform.lib.build_frames`); an hour without such rows still gets one empty
+   Parquet file in each, so each load job has at least one file;
 7. writes each hour's :class:`~bq_platform.lib.manifest.HourManifest` *last*; it names exactly
    the files that count, so a crashed attempt leaves nothing a loader would pick up.
 
@@ -41,15 +41,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bq_platform.lib import layout
-from bq_platform.lib import logformat as lf
-from bq_platform.lib.accounting import MAX_SAMPLE_CHARS
+from bq_platform.lib.build_frames import (
+    dead_letter_rows,
+    rejected_aggregates,
+    slim,
+    write_hour_folders,
+)
 from bq_platform.lib.deliveries import landed_hour, list_sites, verify_landed
 from bq_platform.lib.hour_manifests import (
-    _REJECTED,
     _SAMPLE,
     _SAMPLES,
     HOUR_FOLDER_COLUMN,
@@ -70,8 +73,6 @@ from bq_platform.lib.transform import (
     transform_lines,
 )
 
-#: Columns of the dead-letter Parquet files (the hour is the ``hour=`` folder).
-DEADLETTER_COLUMNS: tuple[str, ...] = ("site", "data_key", "line_no", "reason", "raw")
 #: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and
 #: each landed file its own input split (see :func:`_read_lines`): Spark packs small files into
 #: one split until ``maxPartitionBytes``, counting ``openCostInBytes`` per file
@@ -161,27 +162,6 @@ def _read_lines(
         "file_sha256",
         line_no.cast("bigint").alias("line_no"),
         "raw",
-    )
-
-
-def _slim(classified: DataFrame) -> DataFrame:
-    """What the outputs need, per line: page columns for pages, raw text for dead letters."""
-    category = F.col("category")
-    page = category == CATEGORY_PAGE
-    dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
-    keep = {"site", "event_id"}
-    return classified.select(
-        "hour_label",
-        "data_key",
-        "line_no",
-        "category",
-        *[
-            F.col(c) if c in keep else F.when(page, F.col(c)).alias(c)
-            for c in PAGEVIEW_COLUMN_NAMES
-        ],
-        "in_sample",
-        F.when(dead, F.col("reason")).alias("reason"),
-        F.when(dead, F.col("raw")).alias("raw"),
     )
 
 
@@ -330,7 +310,7 @@ def _run_spark(
     t0 = time.monotonic()
     with _sql_conf(spark, _BUILD_SQL_CONF):
         lines = _read_lines(spark, store, kept)
-        rows = _slim(transform_lines(lines, visitor_key=visitor_key, window=window)).persist()
+        rows = slim(transform_lines(lines, visitor_key=visitor_key, window=window)).persist()
         try:
             category = F.col("category")
             file_counts = (
@@ -351,7 +331,7 @@ def _run_spark(
                     F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias(
                         "sample_rows"
                     ),
-                    *_rejected_aggregates(),
+                    *rejected_aggregates(),
                 )
                 .collect()
             )
@@ -399,33 +379,10 @@ def _run_spark(
             t1 = time.monotonic()
             hour_col = F.col("hour_label").alias(HOUR_FOLDER_COLUMN)
             page_rows = pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
-            _write(page_rows, store.uri(full_prefix))
-            _write(page_rows.where(F.col("in_sample")), store.uri(sample_prefix))
+            write_hour_folders(page_rows, store.uri(full_prefix))
+            write_hour_folders(page_rows.where(F.col("in_sample")), store.uri(sample_prefix))
             dead = rows.where(category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW))
-            _write(dead.select(*DEADLETTER_COLUMNS, hour_col), store.uri(dead_prefix))
+            write_hour_folders(dead_letter_rows(dead), store.uri(dead_prefix))
             log.info("wrote Parquet (full, sample, dead letters) in %.1f s", time.monotonic() - t1)
         finally:
             rows.unpersist()
-
-
-def _rejected_aggregates() -> list[Column]:
-    """Per-file aggregates for :mod:`bq_platform.lib.quality`, computed in the file-count pass.
-
-    For each rejection reason: its lines, and the first such line (by line number; raw text cut
-    to :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`); plus the file's last rejected line.
-    ``min_by``/``max_by`` keep one value per group, so an hour of garbage costs no more memory.
-    """
-    rejected = F.col("category") == CATEGORY_REJECTED
-    raw = F.substring(F.col("raw"), 1, MAX_SAMPLE_CHARS)
-    line_no = F.col("line_no")
-    columns = []
-    for code in lf.REJECT_REASONS:
-        of_code = rejected & (F.col("reason") == code)
-        columns.append(F.count_if(of_code).alias(_REJECTED + code))
-        columns.append(F.min_by(raw, F.when(of_code, line_no)).alias(_SAMPLE + code))
-    columns.append(F.max_by(raw, F.when(rejected, line_no)).alias(_SAMPLE))
-    return columns
-
-
-def _write(frame: DataFrame, uri: str) -> None:
-    frame.write.mode("append").partitionBy(HOUR_FOLDER_COLUMN).parquet(uri)

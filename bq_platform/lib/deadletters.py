@@ -1,11 +1,14 @@
 """Dead letters of the current attempts: the rejected and out-of-window lines, for operators.
 
 The build keeps every line it does not store or count as a hit in dead-letter Parquet files
-(columns :data:`bq_platform.lib.build.DEADLETTER_COLUMNS`: site, data_key, line_no, reason,
-raw), under its attempt's prefix. Only the files an hour manifest names count: other attempts'
-files (a crash, ``--force``, a concurrent run) hold the same lines again, so a glob of the
-dead-letter tree double counts (issue 7). This module reads exactly the named files, through the
-:class:`~bq_platform.lib.objectstore.base.ObjectStore`, so it works on a local lake and on GCS.
+(columns :data:`bq_platform.lib.build_frames.DEADLETTER_COLUMNS`: site, delivery hour and date,
+data_key, line_no, reason, raw), under its attempt's prefix. Only the files an hour manifest
+names count: other attempts' files (a crash, ``--force``, a concurrent run) hold the same lines
+again, so a glob of the dead-letter tree double counts (issue 7). This module reads exactly the
+named files, through the :class:`~bq_platform.lib.objectstore.base.ObjectStore`, so it works on
+a local lake and on GCS (``bq-platform deadletters``); the warehouse table
+``pageview_deadletters`` is loaded from the same files (:mod:`bq_platform.lib.
+publish_deadletters`).
 """
 
 import collections

@@ -4,7 +4,7 @@
 landed file (lines per category, rejected lines per reason with a few samples, visitors) into
 one :class:`~bq_platform.lib.manifest.HourManifest` per UTC hour: the accounting per site, the
 Parquet files that count (an hour without pages gets one empty file, so every load job has a
-source), the orphan data files, and the hour's content fingerprint
+source, the dead letters too), the orphan data files, and the hour's content fingerprint
 (:func:`bq_platform.lib.jobids.hour_fingerprint`), from which the job IDs are built.
 """
 
@@ -30,7 +30,7 @@ from bq_platform.lib.transform import (
     CATEGORY_REJECTED,
     TRANSFORM_VERSION,
 )
-from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
+from bq_platform.lib.warehouse.schema import DEADLETTER_COLUMNS_SPEC, PAGEVIEW_COLUMNS, Column
 
 #: Partition folder name of every Parquet output (``hour=YYYY-MM-DDTHH``).
 HOUR_FOLDER_COLUMN = "hour"
@@ -44,20 +44,31 @@ _ARROW_TYPES: Mapping[str, pa.DataType] = {
 }
 
 
-def pageview_arrow_schema() -> pa.Schema:
-    """Arrow schema of the pageview Parquet files, as Spark writes them.
+def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
+    """Arrow schema of Parquet files Spark writes for a table of ``columns``.
 
-    :data:`~bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS` in order; ``TIMESTAMP`` is
-    ``TIMESTAMP(MICROS, UTC)`` (Spark with ``spark.sql.parquet.outputTimestampType=
-    TIMESTAMP_MICROS``), ``DATE`` is ``DATE``, ``INT64`` is ``INT64``; every field nullable, as
-    Spark always writes file sources. Used for the empty file of an hour without pages.
+    ``TIMESTAMP`` is ``TIMESTAMP(MICROS, UTC)`` (Spark with ``spark.sql.parquet.
+    outputTimestampType=TIMESTAMP_MICROS``), ``DATE`` is ``DATE``, ``INT64`` is ``INT64``; every
+    field nullable, as Spark always writes file sources. Used for the empty file of an hour
+    without rows, so every load job has a source.
     """
-    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in PAGEVIEW_COLUMNS])
+    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in columns])
 
 
-def empty_parquet() -> bytes:
+def pageview_arrow_schema() -> pa.Schema:
+    """Arrow schema of the pageview Parquet files (:data:`PAGEVIEW_COLUMNS`, in order)."""
+    return arrow_schema(PAGEVIEW_COLUMNS)
+
+
+def deadletter_arrow_schema() -> pa.Schema:
+    """Arrow schema of the dead-letter Parquet files (:data:`DEADLETTER_COLUMNS_SPEC`)."""
+    return arrow_schema(DEADLETTER_COLUMNS_SPEC)
+
+
+def empty_parquet(schema: pa.Schema) -> bytes:
+    """A Parquet file of ``schema`` with no rows (a few hundred bytes)."""
     buffer = io.BytesIO()
-    pq.write_table(pageview_arrow_schema().empty_table(), buffer)
+    pq.write_table(schema.empty_table(), buffer)
     return buffer.getvalue()
 
 
@@ -136,7 +147,12 @@ def hour_manifests(
     input_fingerprint` computes it, so ``bq-platform run`` sees the hour as built).
     """
     full_prefix, sample_prefix, dead_prefix = prefixes
-    empty: bytes | None = None
+    schemas = {
+        full_prefix: pageview_arrow_schema,
+        sample_prefix: pageview_arrow_schema,
+        dead_prefix: deadletter_arrow_schema,
+    }
+    empty: dict[str, bytes] = {}
     written = {p: parquet_keys_by_folder(store, p) for p in prefixes}  # 3 listings, not 5/hour
     manifests = []
     for hour in hour_list:
@@ -177,12 +193,12 @@ def hour_manifests(
             )
         folders = {p: hour_folder(p, label) for p in prefixes}
         files_of = {p: written[p].get(folders[p], []) for p in prefixes}
-        for prefix in (full_prefix, sample_prefix):
+        for prefix in prefixes:
             if not files_of[prefix]:
-                if empty is None:
-                    empty = empty_parquet()
+                if prefix not in empty:
+                    empty[prefix] = empty_parquet(schemas[prefix]())
                 key = f"{folders[prefix]}/part-00000-empty.parquet"
-                store.write_bytes(key, empty)
+                store.write_bytes(key, empty[prefix])
                 files_of[prefix] = [key]
         hour_orphans = [k for site in sites for k in (orphans or {}).get((site, hour), ())]
         checksums += [(layout.parse_landed_key(k)[0], orphan_checksum(k)) for k in hour_orphans]

@@ -77,6 +77,10 @@ REASON_BAD_STATUS = "bad_status"
 REASON_BAD_BYTES = "bad_bytes"
 REASON_BAD_TIMESTAMP = "bad_timestamp"
 REASON_OUT_OF_WINDOW = "out_of_window"
+#: Out of window because the timestamp is before the first hourly partition, or later than now
+#: plus the allowed clock skew (:mod:`bq_platform.lib.partition_window`; issue 7).
+REASON_BEFORE_FIRST_PARTITION = "before_first_partition"
+REASON_FUTURE_TIMESTAMP = "future_timestamp"
 
 #: Reasons that make a line ``rejected``, in the order they are decided.
 REJECT_REASONS: tuple[str, ...] = (
@@ -86,6 +90,13 @@ REJECT_REASONS: tuple[str, ...] = (
     REASON_MALFORMED,
     REASON_BAD_TIMESTAMP,
 )
+#: Reasons that make a line ``out_of_window``: a readable timestamp outside the partition's UTC
+#: hour (decided by the transform, which knows the hour and the window).
+OUT_OF_WINDOW_REASONS: tuple[str, ...] = (
+    REASON_OUT_OF_WINDOW,
+    REASON_BEFORE_FIRST_PARTITION,
+    REASON_FUTURE_TIMESTAMP,
+)
 #: Every reason code with a one-line description (for docs, the UI and dead-letter readers).
 REASONS: dict[str, str] = {
     REASON_EMPTY_LINE: "empty or whitespace-only line",
@@ -94,6 +105,8 @@ REASONS: dict[str, str] = {
     REASON_MALFORMED: "not a Common/Combined Log Format line (garbage, truncated, unbalanced)",
     REASON_BAD_TIMESTAMP: "timestamp not dd/MMM/yyyy:HH:mm:ss +hhmm or not a real time",
     REASON_OUT_OF_WINDOW: "readable timestamp outside the partition's UTC hour",
+    REASON_BEFORE_FIRST_PARTITION: "timestamp before the first hourly partition",
+    REASON_FUTURE_TIMESTAMP: "timestamp later than now plus the allowed clock skew",
 }
 
 #: Inside a quoted field as Apache writes it (``ap_escape_logitem``): ``\"`` and ``\\`` are

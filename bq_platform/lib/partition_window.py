@@ -32,14 +32,11 @@ if TYPE_CHECKING:
 #: ``future_timestamp``. One hour keeps a future hour from waiting long to become a partition.
 MAX_FUTURE_SKEW = dt.timedelta(hours=1)
 
-REASON_BEFORE_FIRST_PARTITION = "before_first_partition"
-REASON_FUTURE_TIMESTAMP = "future_timestamp"
+#: Reason codes (defined with every other one in :data:`bq_platform.lib.logformat.REASONS`).
+REASON_BEFORE_FIRST_PARTITION = lf.REASON_BEFORE_FIRST_PARTITION
+REASON_FUTURE_TIMESTAMP = lf.REASON_FUTURE_TIMESTAMP
 #: The generic reason: a readable, in-window timestamp outside the file's own hour.
 REASON_OUT_OF_WINDOW = lf.REASON_OUT_OF_WINDOW
-REASONS: dict[str, str] = {
-    REASON_BEFORE_FIRST_PARTITION: "timestamp before the first hourly partition",
-    REASON_FUTURE_TIMESTAMP: "timestamp later than now plus the allowed clock skew",
-}
 
 
 def floor_hour(ts: dt.datetime) -> dt.datetime:

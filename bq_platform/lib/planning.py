@@ -2,10 +2,10 @@
 
 A day is up to date when every one of its 24 hours was built from exactly the content now in
 the landing zone with the current transform and key (the hour manifest's fingerprint equals
-:func:`expected_hour_fingerprint`), and both published tables' records name that day's
-fingerprint. The state is read from what is materialized (hour manifests, publish records), so
-a fresh sensor, a restarted daemon or a new instance starts from the truth: an up-to-date
-landing zone requests nothing.
+:func:`expected_hour_fingerprint`), and the publish records of the tables it goes into
+(:data:`PUBLISHED_TABLES`) name that day's fingerprint. The state is read from what is
+materialized (hour manifests, publish records), so a fresh sensor, a restarted daemon or a new
+instance starts from the truth: an up-to-date landing zone requests nothing.
 
 Time: an hour is *closed* :data:`CLOSE_AFTER` after it ends (producers deliver within that;
 later files are late files and re-run their hour). The automation builds closed hours that
@@ -33,8 +33,14 @@ from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
 from bq_platform.lib.publish import read_hour_manifest
 from bq_platform.lib.transform import TRANSFORM_VERSION
 from bq_platform.lib.warehouse.base import Warehouse
-from bq_platform.lib.warehouse.schema import PAGEVIEWS_SAMPLE_TABLE, PAGEVIEWS_TABLE
+from bq_platform.lib.warehouse.schema import (
+    DEADLETTERS_TABLE,
+    PAGEVIEWS_SAMPLE_TABLE,
+    PAGEVIEWS_TABLE,
+)
 
+#: Tables a day is published into, each with a publish record naming the day's fingerprint.
+PUBLISHED_TABLES = (PAGEVIEWS_TABLE, PAGEVIEWS_SAMPLE_TABLE, DEADLETTERS_TABLE)
 CLOSE_AFTER = dt.timedelta(minutes=15)
 """An hour is closed this long after its end (the old hourly schedule ran at hh:15)."""
 
@@ -133,7 +139,7 @@ def plan_day(
             hour_fingerprints=expected,
         )
     want = day_fingerprint(expected)
-    for table in (PAGEVIEWS_TABLE, PAGEVIEWS_SAMPLE_TABLE):
+    for table in PUBLISHED_TABLES:
         record = warehouse.read_publish_record(table, day_partition(day))
         if record is None or record.fingerprint != want:
             return DayPlan(

@@ -95,6 +95,30 @@ class JobPlan:
     partition: str
 
 
+def run_plan(
+    warehouse: Warehouse,
+    plan: JobPlan,
+    *,
+    budget: JobBudget | None = None,
+    log: logging.Logger | None = None,
+) -> JobOutcome:
+    """Ensure the plan's destination table, then run its job at most once per content.
+
+    Raises:
+        JobFailedError / QuotaBudgetExceededError / RuleViolation: see
+            :func:`~bq_platform.lib.jobs.run_idempotent_job`.
+    """
+    warehouse.ensure_table(plan.spec)
+    return run_idempotent_job(
+        warehouse,
+        plan.make_job,
+        fingerprint=plan.fingerprint,
+        partition=plan.partition,
+        budget=budget,
+        log=log,
+    )
+
+
 def stage_load_plan(
     store: ObjectStore, manifest: HourManifest, kind: str, *, asset: str, run_id: str
 ) -> JobPlan:
@@ -174,15 +198,7 @@ def load_stage_hour(
         RuleViolation: if BigQuery would refuse the table or the job.
     """
     plan = stage_load_plan(store, manifest, kind, asset=asset, run_id=run_id)
-    warehouse.ensure_table(plan.spec)
-    outcome = run_idempotent_job(
-        warehouse,
-        plan.make_job,
-        fingerprint=plan.fingerprint,
-        partition=plan.partition,
-        budget=budget,
-        log=log,
-    )
+    outcome = run_plan(warehouse, plan, budget=budget, log=log)
     return StageResult(
         hour=manifest.hour,
         table=plan.spec.name,
@@ -323,16 +339,8 @@ def publish_day(
         require_partition_filter=require_partition_filter,
     )
     spec, fingerprint = plan.spec, plan.fingerprint
-    warehouse.ensure_table(spec)
     destination = f"{spec.name}${plan.partition}"
-    outcome = run_idempotent_job(
-        warehouse,
-        plan.make_job,
-        fingerprint=fingerprint,
-        partition=plan.partition,
-        budget=budget,
-        log=log,
-    )
+    outcome = run_plan(warehouse, plan, budget=budget, log=log)
     return PublishResult(
         day=day,
         table=spec.name,

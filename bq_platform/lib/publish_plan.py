@@ -28,10 +28,11 @@ from bq_platform.lib.publish import (
     read_hour_manifest,
     stage_load_plan,
 )
+from bq_platform.lib.publish_deadletters import deadletter_load_plan
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import CopyJob, Warehouse
 from bq_platform.lib.warehouse.ledger import publish_ledger_spec
-from bq_platform.lib.warehouse.schema import audit_spec
+from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, audit_spec
 
 PLAN_RUN_ID = "plan"
 _ASSETS = {
@@ -151,6 +152,11 @@ def build_plan(
                     require_partition_filter=require_partition_filter,
                 )
                 plan.jobs.append(_plan_job(warehouse, job_plan, planned, used, today))
+        if manifests:
+            job_plan = deadletter_load_plan(
+                store, day, manifests, asset=DEADLETTERS_TABLE, run_id=PLAN_RUN_ID
+            )
+            plan.jobs.append(_plan_job(warehouse, job_plan, planned, used, today))
         days.append(plan)
     usage = {
         table: (used[table], planned[table], budget.per_table_per_day) for table in sorted(used)

@@ -49,7 +49,9 @@ from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
 
 #: Bump whenever the output for the same input changes (it is part of every hour's fingerprint,
 #: hence of the load job IDs: a new version reloads, an unchanged one is skipped).
-TRANSFORM_VERSION = "pageviews-transform/2"  # 2: vhost, extra fields, escapes, trailing blanks
+#: 2: vhost, extra fields, escapes, trailing blanks. 3: dead letters carry their delivery hour
+#: and date, and every hour names a dead-letter file (the pageview_deadletters load).
+TRANSFORM_VERSION = "pageviews-transform/3"
 
 CATEGORY_PAGE = "page"
 CATEGORY_NON_PAGE = "non_page"

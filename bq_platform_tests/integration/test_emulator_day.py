@@ -13,7 +13,9 @@ gcp-storage-emulator through ``GCSObjectStore``; then, through the production
    partition decorator (GAP-DECORATOR), so :class:`~bq_platform_tests.bigquery_shim.
    BigQueryShim` runs it as BigQuery documents it;
 4. the checks: the day partition holds the sum of its hours (the ``partition_matches_stage``
-   check), row for row; every landed line is accounted for; a re-run submits nothing.
+   check), row for row; every landed line is accounted for;
+5. the day's dead letters: one WRITE_TRUNCATE load of the 24 hours' dead-letter files into
+   ``pageview_deadletters$19950801``; a re-run submits nothing.
 
 GAP-HIVE work-around as in ``test_emulator_hourly_path.py`` (keys without ``key=value``).
 """
@@ -40,9 +42,10 @@ from bq_platform.lib.publish import (
     publish_day,
     read_hour_manifest,
 )
+from bq_platform.lib.publish_deadletters import load_day_deadletters
 from bq_platform.lib.retries import api_retry, query_job_retry
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
-from bq_platform.lib.warehouse.schema import stage_spec
+from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, stage_spec
 from bq_platform_tests import emulators
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.integration.test_emulator_hourly_path import _utc_hour, upload_hour
@@ -57,10 +60,13 @@ DAY = dt.date(1995, 8, 1)
 #: Keep every EVERY-th line of the log: ~4,250 real lines spread over the day's 15 hours.
 EVERY = 8
 PUBLISHED = {"full": "pageviews", "sample": "pageviews_sample"}
+#: Lines no server writes, for the dead-letter table.
+GARBAGE = [b"not a log line", b'1.2.3.4 - - [01/Aug/1995:10:00:00 -0400] "GET / HTTP/1.0" 2000 1']
 
 
 def thin_log(source: Path, target: Path, every: int) -> dict[dt.datetime, int]:
-    """Write every ``every``-th line of ``source`` to ``target`` (gzip); lines per UTC hour.
+    """Write every ``every``-th line of ``source`` to ``target`` (gzip), with
+    :data:`GARBAGE` in the middle; lines per UTC hour.
 
     A line without a readable timestamp counts in the hour of the line before it.
     """
@@ -68,6 +74,7 @@ def thin_log(source: Path, target: Path, every: int) -> dict[dt.datetime, int]:
     if lines and lines[-1] == b"":
         lines.pop()
     kept = lines[::every]
+    kept[len(kept) // 2 : len(kept) // 2] = GARBAGE
     target.write_bytes(gzip.compress(b"".join(line + b"\n" for line in kept)))
     per_hour: dict[dt.datetime, int] = {}
     current = None
@@ -183,8 +190,21 @@ def test_whole_day_on_the_emulators(
             for c in ("pageviews", "non_page_hits", "rejected", "duplicates", "out_of_window")
         )
 
+    # 5. The day's dead letters: one load of its 24 hours' files into the day partition.
+    dead = load_day_deadletters(warehouse, gcs, DAY, asset="dl", run_id="r1")
+    assert dead.outcome.action == "submitted" and dead.hours == 24 and dead.files >= 24
+    assert dead.matches and dead.partition_rows == dead.expected_rows >= len(GARBAGE)
+    assert dead.rejected_by_reason.get("malformed", 0) >= 1
+    assert dead.rejected_by_reason.get("bad_status", 0) >= 1
+    sql = f"SELECT raw FROM `{shim.project}.{dataset}.{DEADLETTERS_TABLE}`"
+    raws = [r["raw"] for r in shim.backend.query(sql).result()]
+    assert len(raws) == dead.expected_rows and {g.decode() for g in GARBAGE} <= set(raws)
+
     # A re-run (a new run, same content) submits nothing and finds the same day.
     rerun, rerun_session = run()
+    assert load_day_deadletters(rerun, gcs, DAY, asset="dl", run_id="r2").outcome.action == (
+        "skipped"
+    )
     for kind in KINDS:
         gate = day_completeness(rerun, gcs, DAY, kind)
         again = publish_day(

@@ -94,6 +94,7 @@ def test_real_logs_day_publishes_and_rerun_changes_nothing(local_env, access_log
         "stage_matches_manifest": 48,
         "day_equals_sum_of_hours": 2,
         "sample_ratio": 1,
+        "deadletters_match_manifests": 1,
         "all_hours_complete": 1,
     }
     assert all(passed for _, _, passed in checks), [c for c in checks if not c[2]]
@@ -184,3 +185,14 @@ def test_combined_format_and_bad_lines_are_all_accounted_for(local_env, tmp_path
     assert len(dead_rows) == row["rejected"] + row["out_of_window"]
     assert all(r["reason"] and r["data_key"] and r["line_no"] >= 1 for r in dead_rows)
     assert {r["raw"] for r in dead_rows} >= {"complete garbage that is not a log line", ""}
+
+    # The warehouse's dead-letter table holds the same lines, once (issue 7).
+    table = local_env.query(
+        "SELECT site, delivery_hour, data_key, line_no, reason, raw FROM pageview_deadletters "
+        "WHERE site = 'example.org'"
+    )
+    assert sorted((r["data_key"], r["line_no"]) for r in table) == sorted(
+        (r["data_key"], r["line_no"]) for r in dead_rows
+    )
+    assert {r["delivery_hour"] for r in table} == {row["hour"]}
+    assert {(r["raw"], r["reason"]) for r in table} == {(r["raw"], r["reason"]) for r in dead_rows}

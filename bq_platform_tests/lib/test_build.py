@@ -20,8 +20,9 @@ import pytest
 
 from bq_platform.lib import jobids, layout
 from bq_platform.lib import logformat as lf
-from bq_platform.lib.build import DEADLETTER_COLUMNS, build_hours
-from bq_platform.lib.hour_manifests import pageview_arrow_schema
+from bq_platform.lib.build import build_hours
+from bq_platform.lib.build_frames import DEADLETTER_COLUMNS
+from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
@@ -246,11 +247,16 @@ def test_dead_letters_keep_reason_and_raw_line(built) -> None:
     manifest = built.manifests[H_NASA_1]
     dead = read_parquet(built.store, manifest.deadletter_files)
     assert dead.column_names == list(DEADLETTER_COLUMNS)
+    # the types the table's load job expects (Spark marks line_no NOT NULL: loads accept it)
+    assert [(f.name, f.type) for f in dead.schema] == [
+        (f.name, f.type) for f in deadletter_arrow_schema()
+    ]
     counts = {c.site: c for c in manifest.counts}[NASA]
     assert dead.num_rows == counts.rejected + counts.out_of_window
     lines = built.landed[(NASA, H_NASA_1)]
     for row in dead.to_pylist():
         assert row["site"] == NASA
+        assert row["delivery_hour"] == H_NASA_1 and row["delivery_date"] == H_NASA_1.date()
         raw = lines[row["line_no"] - 1].decode("utf-8", errors="replace")
         assert row["raw"] == raw
         assert row["reason"] in lf.REASONS
@@ -264,7 +270,8 @@ def test_dead_letters_keep_reason_and_raw_line(built) -> None:
         lf.REASON_BAD_TIMESTAMP: 1,
         lf.REASON_OUT_OF_WINDOW: 1,
     }
-    assert built.manifests[H_EMPTY].deadletter_files == ()
+    (empty,) = built.manifests[H_EMPTY].deadletter_files
+    assert read_parquet(built.store, [empty]).num_rows == 0
 
 
 def test_rejected_reasons_and_samples_are_recorded(built) -> None:
@@ -303,6 +310,10 @@ def test_empty_hour_has_zero_counts_and_one_empty_file(built) -> None:
     assert all(c.source_lines == c.accounted == 0 for c in manifest.counts)
     assert len(manifest.full_files) == len(manifest.sample_files) == 1
     assert read_parquet(built.store, manifest.full_files).num_rows == 0
+    # the dead-letter load of its day needs a source of the dead-letter schema
+    (dead,) = manifest.deadletter_files
+    empty = pq.read_table(built.store.uri(dead))
+    assert empty.num_rows == 0 and empty.schema.equals(deadletter_arrow_schema())
 
 
 def test_rerun_with_new_attempt_is_identical(spark, built) -> None:

@@ -31,7 +31,7 @@ def _write_lake(home: Path) -> None:
             input_fingerprint="ab" * 32,
             full_files=(f"staging/pageviews/attempt=run1-0/full/hour={label}/part-0.parquet",),
             sample_files=(f"staging/pageviews/attempt=run1-0/sample/hour={label}/part-0.parquet",),
-            deadletter_files=(),
+            deadletter_files=(f"deadletter/pageviews/attempt=run1-0/hour={label}/part-0.parquet",),
             rows=10,
             sample_rows=1,
             counts=(SiteHourCounts(site="epa.gov", hour=hour, source_lines=10, pageviews=10),),
@@ -78,6 +78,7 @@ def test_offline_plan_prints_every_request_of_the_hours(planned: list[dict]) -> 
         "pageviews_sample_stage_1995080105",
         "pageviews",
         "pageviews_sample",
+        "pageview_deadletters",
     }
     jobs = [r["resource"] for r in planned if r["api"] == "jobs.insert"]
     assert sorted("load" if "load" in j["configuration"] else "copy" for j in jobs) == [
@@ -87,7 +88,16 @@ def test_offline_plan_prints_every_request_of_the_hours(planned: list[dict]) -> 
         "load",
         "load",
         "load",
+        "load",
     ]
+    # the day's dead letters: one load of both hours' files into the day partition
+    (dead,) = [
+        j["configuration"]["load"]
+        for j in jobs
+        if j["configuration"].get("load", {}).get("destinationTable", {}).get("tableId", "")
+        == "pageview_deadletters$19950801"
+    ]
+    assert len(dead["sourceUris"]) == 2 and dead["writeDisposition"] == "WRITE_TRUNCATE"
 
 
 def test_offline_plan_requests_follow_bigquerys_rules(planned: list[dict]) -> None:
@@ -108,7 +118,9 @@ def test_offline_plan_requests_follow_bigquerys_rules(planned: list[dict]) -> No
         if "load" in job["configuration"]:
             load = job["configuration"]["load"]
             assert load["schema"]["fields"], "explicit schema"
-            assert all(u.startswith("gs://b/staging/") for u in load["sourceUris"])
+            assert all(
+                u.startswith(("gs://b/staging/", "gs://b/deadletter/")) for u in load["sourceUris"]
+            )
             assert load["createDisposition"] == "CREATE_NEVER"
             continue
         copy = job["configuration"]["copy"]

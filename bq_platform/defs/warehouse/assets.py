@@ -26,6 +26,10 @@ STAGE_CHECK = "stage_matches_manifest"
 DAY_CHECK = "day_equals_sum_of_hours"
 SAMPLE_CHECK = "sample_ratio"
 WAREHOUSE_POOL = "warehouse"
+#: Retry policy of the daily warehouse steps (transient faults; defs/errors.py fails the rest).
+DAILY_RETRY = dg.RetryPolicy(
+    max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
+)
 
 _STAGE_DOCS = {
     "full": "One table per UTC hour (pageviews_stage_YYYYMMDDHH) holding exactly the pageviews "
@@ -232,9 +236,7 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
         owners=OWNERS,
         kinds={"bigquery", "table"},
         pool=WAREHOUSE_POOL,
-        retry_policy=dg.RetryPolicy(
-            max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
-        ),
+        retry_policy=DAILY_RETRY,
         description=_PUBLISHED_DOCS[kind],
         check_specs=checks,
     )

@@ -19,6 +19,7 @@ from bq_platform.lib.hours import hour_id
 PAGEVIEWS_TABLE = "pageviews"
 PAGEVIEWS_SAMPLE_TABLE = "pageviews_sample"
 AUDIT_TABLE = "pageviews_audit"
+DEADLETTERS_TABLE = "pageview_deadletters"
 STAGE_TABLE_PREFIX = {"full": "pageviews_stage_", "sample": "pageviews_sample_stage_"}
 STAGE_EXPIRATION_DAYS = 7
 
@@ -143,6 +144,21 @@ AUDIT_COLUMNS_SPEC: tuple[Column, ...] = (
     Column("run_id", "STRING", "REQUIRED", "Dagster run (or CLI attempt) that wrote the row."),
 )
 
+DEADLETTER_COLUMNS_SPEC: tuple[Column, ...] = (
+    Column("site", "STRING", "REQUIRED", "Publisher key, e.g. epa.gov."),
+    Column(
+        "delivery_hour",
+        "TIMESTAMP",
+        "REQUIRED",
+        "UTC hour partition whose delivery held the line (pageviews_audit.hour).",
+    ),
+    Column("delivery_date", "DATE", "REQUIRED", "UTC date of delivery_hour; the partition column."),
+    Column("data_key", "STRING", "REQUIRED", "Object key of the landed file the line is in."),
+    Column("line_no", "INT64", "REQUIRED", "1-based line number in that file."),
+    Column("reason", "STRING", "REQUIRED", "Reason code (bq-platform deadletters lists them)."),
+    Column("raw", "STRING", "NULLABLE", "The line as UTF-8 (invalid bytes replaced by U+FFFD)."),
+)
+
 _LABELS = {"app": "bq_platform"}
 
 
@@ -205,4 +221,23 @@ def audit_spec() -> TableSpec:
         labels=_LABELS,
         description="Accounting per site and UTC hour: source_lines = pageviews + "
         "non_page_hits + rejected + duplicates + out_of_window.",
+    )
+
+
+def deadletters_spec() -> TableSpec:
+    """``pageview_deadletters``: every rejected or out-of-window line of the current builds.
+
+    One day partition per UTC delivery date, replaced as a whole by one WRITE_TRUNCATE load job
+    of the dead-letter Parquet files the day's hour manifests name (so only current attempts;
+    issue 7, "Dead letters for operators"). Clustered by site and reason, the filters an
+    operator uses.
+    """
+    return TableSpec(
+        name=DEADLETTERS_TABLE,
+        columns=DEADLETTER_COLUMNS_SPEC,
+        partition_field="delivery_date",
+        clustering=("site", "reason"),
+        labels=_LABELS,
+        description="Rejected and out-of-window lines with their reason and raw text, one day "
+        "partition per UTC delivery date; current build attempts only.",
     )

@@ -1,0 +1,83 @@
+"""The Spark frames of a build's outputs: the slim per-line rows, the dead-letter rows, the
+per-file rejected-line aggregates, and the write into ``hour=`` folders (:mod:`bq_platform.lib.
+build` runs them in its one Spark pass)."""
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from bq_platform.lib import logformat as lf
+from bq_platform.lib.accounting import MAX_SAMPLE_CHARS
+from bq_platform.lib.hour_manifests import _REJECTED, _SAMPLE, HOUR_FOLDER_COLUMN
+from bq_platform.lib.transform import (
+    CATEGORY_OUT_OF_WINDOW,
+    CATEGORY_PAGE,
+    CATEGORY_REJECTED,
+    PAGEVIEW_COLUMN_NAMES,
+)
+from bq_platform.lib.warehouse.schema import DEADLETTER_COLUMNS_SPEC
+
+#: Columns of the dead-letter Parquet files, in the ``pageview_deadletters`` table's order
+#: (:data:`~bq_platform.lib.warehouse.schema.DEADLETTER_COLUMNS_SPEC`); the files are also in
+#: ``hour=`` folders.
+DEADLETTER_COLUMNS: tuple[str, ...] = tuple(c.name for c in DEADLETTER_COLUMNS_SPEC)
+
+
+def slim(classified: DataFrame) -> DataFrame:
+    """What the outputs need, per line: page columns for pages, raw text for dead letters."""
+    category = F.col("category")
+    page = category == CATEGORY_PAGE
+    dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
+    keep = {"site", "event_id"}
+    return classified.select(
+        "hour_label",
+        "data_key",
+        "line_no",
+        "category",
+        *[
+            F.col(c) if c in keep else F.when(page, F.col(c)).alias(c)
+            for c in PAGEVIEW_COLUMN_NAMES
+        ],
+        "in_sample",
+        F.when(dead, F.col("reason")).alias("reason"),
+        F.when(dead, F.col("raw")).alias("raw"),
+    )
+
+
+def dead_letter_rows(dead: DataFrame) -> DataFrame:
+    """The dead-letter rows to write: :data:`DEADLETTER_COLUMNS` plus the hour folder column.
+
+    The delivery hour and date are typed columns (the session time zone is UTC,
+    :mod:`bq_platform.lib.spark`), so the day's load job puts each row in its day partition of
+    ``pageview_deadletters``.
+    """
+    delivery_hour = F.to_timestamp(F.col("hour_label"), "yyyy-MM-dd'T'HH")
+    return dead.select(
+        "*",
+        delivery_hour.alias("delivery_hour"),
+        F.to_date(delivery_hour).alias("delivery_date"),
+    ).select(*DEADLETTER_COLUMNS, F.col("hour_label").alias(HOUR_FOLDER_COLUMN))
+
+
+def rejected_aggregates() -> list[Column]:
+    """Per-file aggregates for :mod:`bq_platform.lib.quality`, computed in the file-count pass.
+
+    For each rejection reason: its lines, and the first such line (by line number; raw text cut
+    to :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`); plus the file's last rejected line.
+    ``min_by``/``max_by`` keep one value per group, so an hour of garbage costs no more memory.
+    """
+    rejected = F.col("category") == CATEGORY_REJECTED
+    raw = F.substring(F.col("raw"), 1, MAX_SAMPLE_CHARS)
+    line_no = F.col("line_no")
+    columns = []
+    for code in lf.REJECT_REASONS:
+        of_code = rejected & (F.col("reason") == code)
+        columns.append(F.count_if(of_code).alias(_REJECTED + code))
+        columns.append(F.min_by(raw, F.when(of_code, line_no)).alias(_SAMPLE + code))
+    columns.append(F.max_by(raw, F.when(rejected, line_no)).alias(_SAMPLE))
+    return columns
+
+
+def write_hour_folders(frame: DataFrame, uri: str) -> None:
+    """Append ``frame`` as Parquet under ``uri`` in ``hour=YYYY-MM-DDTHH`` folders (from its
+    :data:`HOUR_FOLDER_COLUMN`, which the files then do not hold)."""
+    frame.write.mode("append").partitionBy(HOUR_FOLDER_COLUMN).parquet(uri)
