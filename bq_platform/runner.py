@@ -1,7 +1,10 @@
 """Runs the pipeline's Dagster jobs in-process for ``bq-platform run`` and prints summaries.
 
-Each day is two Dagster runs recorded in the instance (``$DAGSTER_HOME``): the hourly job over
-the day's hours (one Spark session, per the assets' backfill policy), then the daily publish.
+The due days are built in batches of consecutive days (:func:`batches`, at most
+:data:`MAX_BATCH_DAYS`): one run of the hourly job over the batch's hours (one Spark pass), then
+one daily publish run per day, all recorded in the instance (``$DAGSTER_HOME``). A batch whose
+build fails is built again day by day. (A backfill from the UI runs 24 hours per run, the
+assets' backfill policy.)
 A day whose publish records already name its current content is skipped (see
 :mod:`bq_platform.lib.planning`), so a second ``bq-platform run`` changes nothing.
 
@@ -12,15 +15,16 @@ the instance and the UI). ``verbose`` turns the console log back on, with traceb
 
 import dataclasses
 import datetime as dt
+import itertools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
 from bq_platform.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.lib.accounting import row_balanced
-from bq_platform.lib.hours import day_hours, hour_partition_key
+from bq_platform.lib.hours import day_hours, hour_partition_key, parse_hour_label
 from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
@@ -30,6 +34,11 @@ from bq_platform.lib.retention import clean_attempts
 from bq_platform.lib.warehouse.base import Warehouse
 
 HOURLY_JOB = "pageviews_hourly_job"
+#: Consecutive due days one ``bq-platform run`` builds in one hourly run, i.e. one Spark pass
+#: over all their landed files: each pass has fixed costs (file listing, Spark jobs, three
+#: Parquet writes, a Dagster run; docs/PERFORMANCE.md). A batch whose build fails is built
+#: again day by day, so a bad hour holds only its own day, as with one run per day.
+MAX_BATCH_DAYS = 7
 DAILY_JOB = "pageviews_daily_job"
 PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
 # -v: the console shows INFO and up; DEBUG events (every step output) stay in the instance/UI.
@@ -129,22 +138,47 @@ class PipelineRunner:
                 todo.setdefault(hour.date(), []).append(hour)
         ok = True
         self.warehouse.close()  # release the file: the runs open their own connections
-        for day, day_hours_ in sorted(todo.items()):
-            ok &= self._run_day(day, day_hours_, allow_incomplete, allow_rejected)
+        for batch in batches(todo):
+            ok &= self._run_batch(batch, allow_incomplete, allow_rejected)
         return ok
 
-    def _run_day(
+    def _run_batch(
         self,
-        day: dt.date,
-        hours: Sequence[dt.datetime],
+        batch: dict[dt.date, list[dt.datetime]],
         allow_incomplete: bool,
-        allow_rejected: bool = False,
+        allow_rejected: bool,
     ) -> bool:
-        instance = self.instance or dg.DagsterInstance.get()
+        """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish
+        each day; a failed multi-day build is redone day by day. True if every run succeeded."""
+        days = sorted(batch)
+        label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
+        hours = [hour for day in days for hour in batch[day]]
+        hourly = self._build(label, hours)
+        if not hourly.success:
+            failure = f"{label}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}"
+            if len(days) == 1:
+                self._record_checks(hourly, days[0])
+                self.echo(failure)
+                self.processed_days.append(days[0])
+                return False
+            self.echo(f"{failure}; building day by day, so a bad hour holds only its own day")
+            results = [
+                self._run_batch({d: batch[d]}, allow_incomplete, allow_rejected) for d in days
+            ]
+            return all(results)
+        self._record_checks(hourly, days[0] if len(days) == 1 else None)
+        self.processed_days.extend(days)
+        results = [
+            self._publish(day, hourly.run_id, allow_incomplete, allow_rejected) for day in days
+        ]
+        return all(results)
+
+    def _build(self, label: str, hours: Sequence[dt.datetime]) -> Any:
+        """The hourly job over ``hours`` (consecutive), in process; its result."""
         first, last = hour_partition_key(hours[0]), hour_partition_key(hours[-1])
-        self.echo(f"{day}: building hours {first} .. {last}")
+        self.echo(f"{label}: building hours {first} .. {last}")
         hourly = self.definitions.resolve_job_def(HOURLY_JOB).execute_in_process(
-            instance=instance,
+            instance=self.instance or dg.DagsterInstance.get(),
             tags={
                 "dagster/asset_partition_range_start": first,
                 "dagster/asset_partition_range_end": last,
@@ -153,19 +187,20 @@ class PipelineRunner:
             run_config=self._logging(),
             raise_on_error=False,
         )
-        self.processed_days.append(day)
-        checks = self._record_checks(day, hourly)
-        self._echo_steps(day, hourly)
-        if not hourly.success:
-            self.echo(f"{day}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}")
-            return False
+        self._echo_steps(label, hourly)
+        return hourly
+
+    def _publish(
+        self, day: dt.date, hourly_run_id: str, allow_incomplete: bool, allow_rejected: bool
+    ) -> bool:
+        """The daily job of ``day``, in process; prints its steps and the day's verdict."""
         self.echo(f"{day}: publishing")
         config = {
             "allow_incomplete_hours": allow_incomplete,
             "allow_rejected_share": allow_rejected,
         }
         daily = self.definitions.resolve_job_def(DAILY_JOB).execute_in_process(
-            instance=instance,
+            instance=self.instance or dg.DagsterInstance.get(),
             partition_key=day.isoformat(),
             run_config={
                 **self._logging(),
@@ -174,14 +209,15 @@ class PipelineRunner:
             tags=self._tags(),
             raise_on_error=False,
         )
-        checks += self._record_checks(day, daily)
-        self._echo_steps(day, daily)
+        self._record_checks(daily, day)
+        self._echo_steps(str(day), daily)
         if not daily.success:
             self.echo(f"{day}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
             return False
+        checks = self.check_results.get(day, [])
         failed = [c for c in checks if not c[2]]
         self.echo(
-            f"{day}: done (runs {hourly.run_id[:8]}, {daily.run_id[:8]}); "
+            f"{day}: done (runs {hourly_run_id[:8]}, {daily.run_id[:8]}); "
             f"{len(checks) - len(failed)}/{len(checks)} checks passed"
         )
         return True
@@ -210,7 +246,7 @@ class PipelineRunner:
     def _logging(self) -> dict[str, Any]:
         return CONSOLE_LOGGING if self.verbose else QUIET_LOGGING
 
-    def _echo_steps(self, day: dt.date, result: Any) -> None:
+    def _echo_steps(self, label: str, result: Any) -> None:
         """One line per materialized asset of ``result`` (not per partition): its counts."""
         if self.verbose:
             return
@@ -224,15 +260,18 @@ class PipelineRunner:
             shown.add(materialization.asset_key)
             metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
             name = materialization.asset_key.to_user_string()
-            self.echo(f"{day}:   {name}: {_progress(metadata)}")
+            self.echo(f"{label}:   {name}: {_progress(metadata)}")
 
-    def _record_checks(self, day: dt.date, result: Any) -> list[tuple[str, str, bool]]:
-        checks = [
-            (e.asset_key.to_user_string(), e.check_name, e.passed)
-            for e in result.get_asset_check_evaluations()
-        ]
-        self.check_results.setdefault(day, []).extend(checks)
-        return checks
+    def _record_checks(self, result: Any, default: dt.date | None = None) -> None:
+        """Keep the run's check results per UTC day of their partition (``check_results``);
+        a result without a partition counts for ``default`` (if given)."""
+        for evaluation in result.get_asset_check_evaluations():
+            day = partition_day(evaluation.partition) or default
+            if day is None:
+                continue
+            self.check_results.setdefault(day, []).append(
+                (evaluation.asset_key.to_user_string(), evaluation.check_name, evaluation.passed)
+            )
 
     def _failure(self, result: Any) -> str:
         """The first step failure's message, once; with ``verbose``, its traceback too."""
@@ -300,3 +339,34 @@ def _progress(metadata: dict[str, Any]) -> str:
         elif isinstance(value, int):
             parts.append(f"{value:,} {label}")
     return ", ".join(parts)
+
+
+def partition_day(key: str | None) -> dt.date | None:
+    """UTC day of an hourly (``YYYY-MM-DDTHH``) or daily (``YYYY-MM-DD``) partition key."""
+    if not key:
+        return None
+    return parse_hour_label(key).date() if "T" in key else dt.date.fromisoformat(key)
+
+
+def batches(
+    hours_of: Mapping[dt.date, Sequence[dt.datetime]], max_days: int = MAX_BATCH_DAYS
+) -> list[dict[dt.date, list[dt.datetime]]]:
+    """Group days into batches that one hourly run builds: each batch's hours are consecutive
+    (no gap between its days' hours) and span at most ``max_days`` days; in time order."""
+    out: list[dict[dt.date, list[dt.datetime]]] = []
+    last: dt.datetime | None = None
+    for day in sorted(hours_of):
+        hours = sorted(hours_of[day])
+        if not hours:
+            continue
+        joined = last is not None and hours[0] - last == dt.timedelta(hours=1)
+        if out and joined and len(out[-1]) < max_days and _consecutive(hours):
+            out[-1][day] = hours
+        else:
+            out.append({day: hours})
+        last = hours[-1]
+    return out
+
+
+def _consecutive(hours: Sequence[dt.datetime]) -> bool:
+    return all(b - a == dt.timedelta(hours=1) for a, b in itertools.pairwise(hours))

@@ -1,8 +1,15 @@
 """The completeness report: hour status, the text bars and the PNG; and hour runs."""
 
 import datetime as dt
+import struct
 
-from bq_platform.lib.completeness import bar_line, hour_status, markdown_report, render_png
+from bq_platform.lib.completeness import (
+    bar_line,
+    hour_status,
+    markdown_report,
+    render_png,
+    site_matrix,
+)
 from bq_platform.lib.hours import day_hours, hour_label
 from bq_platform.lib.planning import contiguous
 
@@ -52,3 +59,26 @@ def test_render_png_writes_a_png():
 def test_contiguous_splits_hours_into_runs():
     runs = contiguous([HOURS[1], HOURS[2], HOURS[5], HOURS[6], HOURS[9]])
     assert [[h.hour for h in r] for r in runs] == [[1, 2], [5, 6], [9]]
+
+
+def test_site_matrix_keeps_the_largest_sites_and_sums_the_rest():
+    rows = [
+        {**row(HOURS[h], 10 * (s + 1), s, fp="f"), "site": f"s{s:02d}"}
+        for s in range(5)
+        for h in (2, 3)
+    ]
+    labels, matrices = site_matrix(DAY, rows, max_sites=3)
+    assert labels == ["s04", "s03", "s02", "other sites (2)"]  # by source lines, then the rest
+    assert matrices["source_lines"][0][2:4] == [50, 50]
+    assert matrices["source_lines"][3][2:4] == [10 + 20, 10 + 20]
+    assert matrices["pageviews"][3][:4] == [0, 0, 0 + 1, 0 + 1]
+    assert sum(map(sum, matrices["source_lines"])) == sum(r["source_lines"] for r in rows)
+    assert site_matrix(DAY, rows, max_sites=4)[0][-1] == "s00"  # one left over: drawn as itself
+
+
+def test_render_png_size_does_not_grow_with_sites():
+    many = [{**row(HOURS[1], 5, 2), "site": f"site{s:04d}"} for s in range(400)]
+    status = hour_status(DAY, many, {hour_label(h): "f" for h in HOURS})
+    png = render_png(DAY, many, status)
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and height < 1400 and width > height / 2

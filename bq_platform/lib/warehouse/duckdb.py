@@ -205,16 +205,20 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
 
     @staticmethod
     def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str, bool]]:
-        """``(name, duckdb type, nullable)`` of ``table``'s columns in order; [] if missing."""
-        return [
-            (name, data_type, bool(nullable))
-            for name, data_type, nullable in con.execute(
-                "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
-                "WHERE database_name = current_database() AND schema_name = 'main' "
-                "AND table_name = ? ORDER BY column_index",
-                [table],
+        """``(name, duckdb type, nullable)`` of ``table``'s columns in order; [] if missing.
+
+        ``pragma_table_info`` looks the one table up (0.2 ms); ``duckdb_columns()`` lists the
+        columns of every table (6 ms with 300 tables, growing with each hour's stage tables:
+        4 calls per stage load, docs/PERFORMANCE.md). A missing table is a catalog error at bind
+        time, which leaves an open transaction usable.
+        """
+        try:
+            rows = con.execute(
+                'SELECT name, type, "notnull" FROM pragma_table_info(?) ORDER BY cid', [table]
             ).fetchall()
-        ]
+        except duckdb.CatalogException:
+            return []
+        return [(name, data_type, not bool(not_null)) for name, data_type, not_null in rows]
 
     def _spec_in(
         self, con: duckdb.DuckDBPyConnection, table: str

@@ -1,0 +1,73 @@
+"""``bq-platform run`` builds consecutive due days in one hourly run, and a failed batch is
+built again day by day, so a bad hour holds only its own day (bundled EPA log: 1995-08-30/31).
+"""
+
+import datetime as dt
+
+import dagster as dg
+
+from bq_platform.lib.landing import land_file
+from bq_platform.runner import DAILY_JOB, HOURLY_JOB, PipelineRunner
+
+EPA = "epa.gov"
+AUG30, AUG31 = dt.date(1995, 8, 30), dt.date(1995, 8, 31)
+PAGEVIEWS = {AUG30: 17_252, AUG31: 1_705}  # the README's figures for the bundled log
+
+
+def _runner(env, lines: list[str]) -> PipelineRunner:
+    return PipelineRunner.from_environment("local", echo=lines.append, instance=env.instance)
+
+
+def _runs(env, job: str) -> list[dg.DagsterRun]:
+    return list(reversed(env.instance.get_runs(dg.RunsFilter(job_name=job))))
+
+
+def _pageviews(env) -> dict[dt.date, int]:
+    rows = env.query("SELECT event_date, count(*) AS n FROM pageviews GROUP BY 1")
+    return {r["event_date"]: r["n"] for r in rows}
+
+
+def test_consecutive_days_are_built_in_one_hourly_run(local_env, access_logs):
+    (path,) = (access_logs / EPA).glob("*.gz")
+    land_file(local_env.store, EPA, path)
+    lines: list[str] = []
+    runner = _runner(local_env, lines)
+    assert runner.run()
+    (hourly,) = _runs(local_env, HOURLY_JOB)
+    assert hourly.tags["dagster/asset_partition_range_start"] == "1995-08-30T00"
+    assert hourly.tags["dagster/asset_partition_range_end"] == "1995-08-31T23"
+    assert [r.tags["dagster/partition"] for r in _runs(local_env, DAILY_JOB)] == [
+        "1995-08-30",
+        "1995-08-31",
+    ]
+    assert _pageviews(local_env) == PAGEVIEWS
+    assert runner.processed_days == [AUG30, AUG31]
+    for day in (AUG30, AUG31):  # each day's checks are its own: 24 per hourly check
+        names = [name for _, name, _ in runner.check_results[day]]
+        assert names.count("accounting_identity") == 24 and names.count("sample_ratio") == 1
+        assert all(passed for _, _, passed in runner.check_results[day])
+    assert "1995-08-30..1995-08-31: building hours 1995-08-30T00 .. 1995-08-31T23" in lines
+
+
+def test_a_failed_batch_is_built_day_by_day(local_env, access_logs):
+    (path,) = (access_logs / EPA).glob("*.gz")
+    landed = land_file(local_env.store, EPA, path)
+    bad = next(d for d in landed if d.manifest.hour.date() == AUG31)
+    local_env.store.write_bytes(bad.manifest.data_key, b"corrupt")  # size and SHA-256 differ
+    lines: list[str] = []
+    runner = _runner(local_env, lines)
+    assert not runner.run()
+    ranges = [
+        (r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+        for r in _runs(local_env, HOURLY_JOB)
+    ]
+    assert ranges == [
+        ("1995-08-30T00", "1995-08-31T23"),  # the batch: fails on the corrupt file
+        ("1995-08-30T00", "1995-08-30T23"),  # then day by day
+        ("1995-08-31T00", "1995-08-31T23"),
+    ]
+    assert _pageviews(local_env) == {AUG30: PAGEVIEWS[AUG30]}  # the good day is published
+    assert runner.processed_days == [AUG30, AUG31]
+    failures = [line for line in lines if "FAILED" in line]
+    assert len(failures) == 2 and all(bad.manifest.data_key in line for line in failures)
+    assert "building day by day" in failures[0]
