@@ -229,11 +229,22 @@ class BigQueryEmulator:
         )
 
 
-@pytest.fixture(scope="module")
-def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulator]:
-    """gcp-storage-emulator on a free loopback port, for one test module."""
-    _require("gcp_storage_emulator", "gcp-storage-emulator")
-    root = tmp_path_factory.mktemp("gcs-emulator")
+@contextlib.contextmanager
+def running_gcs_emulator(root: Path) -> Iterator[GCSEmulator]:
+    """Start gcp-storage-emulator on a free loopback port; stop it on exit.
+
+    A plain context manager (the :func:`gcs_emulator` fixture and ``scripts/bench_http.py``
+    use it). While it runs, ``NO_PROXY``/``no_proxy`` in ``os.environ`` include loopback (the
+    official clients honour ``HTTP(S)_PROXY``); they are restored on exit.
+
+    Args:
+        root: an empty folder for the data (``root/data``) and the log
+            (``root/gcs-emulator.log``).
+
+    Raises:
+        RuntimeError: if it exits or is not ready within :data:`STARTUP_TIMEOUT_S` (the log's
+            tail is in the message).
+    """
     data_dir = root / "data"
     data_dir.mkdir()
     port = free_port()
@@ -262,13 +273,22 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulat
         yield GCSEmulator(endpoint=endpoint, data_dir=data_dir)
 
 
-@pytest.fixture(scope="module")
-def bq_emulator(
-    tmp_path_factory: pytest.TempPathFactory, gcs_emulator: GCSEmulator
-) -> Iterator[BigQueryEmulator]:
-    """bqemulator on a free loopback port, reading gs:// from the GCS emulator's files."""
-    _require("bqemulator", "bqemulator")
-    root = tmp_path_factory.mktemp("bq-emulator")
+@contextlib.contextmanager
+def running_bq_emulator(root: Path, storage_root: Path) -> Iterator[BigQueryEmulator]:
+    """Start bqemulator on a free loopback port, reading gs:// from ``storage_root``.
+
+    A plain context manager (the :func:`bq_emulator` fixture and ``scripts/bench_http.py``
+    use it).
+
+    Args:
+        root: an empty folder for its ``HOME`` (DuckDB extensions) and its log
+            (``root/bqemulator.log``).
+        storage_root: the GCS emulator's :attr:`GCSEmulator.storage_root`.
+
+    Raises:
+        RuntimeError: if an extension wheel is missing, or the emulator exits or is not ready
+            within :data:`STARTUP_TIMEOUT_S`.
+    """
     home = root / "home"
     prepare_duckdb_home(home)
     port = free_port()
@@ -277,7 +297,7 @@ def bq_emulator(
     env.update(
         {
             "HOME": str(home),
-            "BQEMU_GCS_LOCAL_ROOT": str(gcs_emulator.storage_root),
+            "BQEMU_GCS_LOCAL_ROOT": str(storage_root),
             "BQEMU_LOG_LEVEL": "warning",
             "BQEMU_METRICS_ENABLED": "false",
         }
@@ -301,6 +321,25 @@ def bq_emulator(
     ]
     with _process(cmd, env, root / "bqemulator.log", f"{endpoint}/readyz"):
         yield BigQueryEmulator(endpoint=endpoint, project=BQ_PROJECT)
+
+
+@pytest.fixture(scope="module")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulator]:
+    """gcp-storage-emulator on a free loopback port, for one test module."""
+    _require("gcp_storage_emulator", "gcp-storage-emulator")
+    with running_gcs_emulator(tmp_path_factory.mktemp("gcs-emulator")) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def bq_emulator(
+    tmp_path_factory: pytest.TempPathFactory, gcs_emulator: GCSEmulator
+) -> Iterator[BigQueryEmulator]:
+    """bqemulator on a free loopback port, reading gs:// from the GCS emulator's files."""
+    _require("bqemulator", "bqemulator")
+    root = tmp_path_factory.mktemp("bq-emulator")
+    with running_bq_emulator(root, gcs_emulator.storage_root) as emulator:
+        yield emulator
 
 
 def unique_name(prefix: str) -> str:

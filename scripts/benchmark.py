@@ -16,6 +16,12 @@ the real logs, 50 sites, 3 UTC days), it measures:
    runs' time minus the build step;
 5. from the local warehouse's job ledger (DuckDB ``_bq_platform_jobs``): jobs per table.
 
+Once per bench (not per scale; ``--no-http`` skips it), ``scripts/bench_http.py`` runs one real
+UTC day twice through the production BigQuery adapter on the emulators (bqemulator,
+gcp-storage-emulator) and counts at the HTTP layer, per run and per table, the table-metadata
+requests, the jobs and the checks' query jobs and bytes billed (issue 9's target: one metadata
+request per table per run, checks bill 0 bytes).
+
 It prints a JSON document and writes the figures into ``docs/PERFORMANCE.md`` between the
 ``bench`` markers (``scripts/bench_report.py``), next to the targets of issue 9.
 
@@ -235,6 +241,31 @@ def bench_scale(scale: int, args: argparse.Namespace, mix: synthetic_logs.Mix, w
     return result
 
 
+def bench_http_phase(work: Path, keep: bool) -> dict:
+    """Warehouse requests per table on the emulators (``scripts/bench_http.py``), once.
+
+    Returns:
+        :func:`bench_http.measure`'s dict plus ``seconds``, or ``{"error": ...}`` if it failed
+        (the other figures are kept).
+    """
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    folder = work / "http"
+    try:
+        import bench_http
+
+        result = bench_http.measure(folder)
+        print(bench_http.summary_text(result))
+    except Exception as exc:  # noqa: BLE001 - report what failed, keep the other figures
+        result = {"error": repr(exc)}
+        print(f"[http] failed: {exc!r}")
+    result["seconds"] = round(time.monotonic() - started, 1)
+    result["load"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default=os.environ.get("BENCH_SCALES", "1,4,16"))
@@ -249,6 +280,9 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--note", default="", help="a sentence for the report (e.g. busy)")
     parser.add_argument(
+        "--no-http", action="store_true", help="skip the warehouse-requests phase (emulators)"
+    )
+    parser.add_argument(
         "--block", default="main", help="which generated block of the report to replace"
     )
     args = parser.parse_args()
@@ -258,6 +292,7 @@ def main() -> None:
     started = dt.datetime.now(dt.UTC)
     mix = synthetic_logs.learn_mix(synthetic_logs.DEFAULT_LOGS)
     results = [bench_scale(s, args, mix, work) for s in scales]
+    http = None if args.no_http else bench_http_phase(work, keep=args.keep)
     report = {
         "started": started.isoformat(timespec="seconds"),
         "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -267,6 +302,7 @@ def main() -> None:
         "master": args.master,
         "note": args.note,
         "results": results,
+        "http": http,
     }
     (work / "bench.json").write_text(json.dumps(report, indent=2, default=str))
     print(bench_report.summary_text(report))
