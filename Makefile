@@ -42,11 +42,17 @@ lint: install
 	$(BIN)/ruff check bq_platform bq_platform_tests scripts
 	$(BIN)/ruff format --check bq_platform bq_platform_tests scripts
 
-## dev: the Dagster UI on http://127.0.0.1:3000 with the runs of `make run`
+## dev: the Dagster UI on http://127.0.0.1:3000 with the runs of `make run`; the completeness
+## pictures (lake/reports) are served on http://127.0.0.1:$(REPORTS_PORT) for the UI to show
+REPORTS_PORT ?= 3001
 dev: install
-	mkdir -p $(DAGSTER_HOME)
+	mkdir -p $(DAGSTER_HOME) $(BQ_PLATFORM_HOME)/lake/reports
 	$(BIN)/python -c "from pathlib import Path; from bq_platform.instance import ensure_dagster_yaml; ensure_dagster_yaml(Path('$(DAGSTER_HOME)'))"
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/python -m http.server $(REPORTS_PORT) --bind 127.0.0.1 \
+	  --directory $(BQ_PLATFORM_HOME)/lake/reports >/dev/null 2>&1 & \
+	  trap 'kill $$!' EXIT INT TERM; \
+	  BQ_PLATFORM_REPORTS_URL=http://127.0.0.1:$(REPORTS_PORT) \
+	  $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 ## bench: pipeline vs bare Spark/DuckDB on synthetic logs at 1x, 4x, 16x (BENCH_SCALES=1 for a
 ## quick run); prints the figures and writes docs/PERFORMANCE.md

@@ -144,11 +144,20 @@ class PipelineSettings(dg.ConfigurableResource):
         max_rejected_share: share of rejected lines (0..1) above which a site-hour fails the
             ``rejected_share`` check with ERROR and holds its day's publish
             (``BQ_PLATFORM_MAX_REJECTED_SHARE``; see :mod:`bq_platform.lib.quality`).
+        reports_url: base URL at which the operator's browser reads the object store's
+            ``reports/`` folder (``BQ_PLATFORM_REPORTS_URL``); when set, the completeness
+            report shows its picture in the Dagster UI (Dagster's Markdown shows ``http(s)``
+            images only). Local default :data:`LOCAL_REPORTS_URL`, where ``make dev`` serves the
+            folder; on GCS use the authenticated browser URL
+            ``https://storage.cloud.google.com/<bucket>/reports``, which asks the browser's user
+            to sign in and needs ``storage.objects.get`` (cloud.google.com/storage/docs/
+            request-endpoints, "authenticated browser downloads").
     """
 
     visitor_key: str
     job_budget_per_table_per_day: int = JobBudget().per_table_per_day
     max_rejected_share: float = DEFAULT_MAX_REJECTED_SHARE
+    reports_url: str = ""
 
     def budget(self) -> JobBudget:
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
@@ -163,6 +172,18 @@ def _budget() -> dict[str, int]:
     """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), when set."""
     value = os.environ.get("BQ_PLATFORM_JOB_BUDGET")
     return {"job_budget_per_table_per_day": int(value)} if value else {}
+
+
+#: Where ``make dev`` serves the local ``lake/reports`` folder (``REPORTS_PORT`` in the Makefile).
+LOCAL_REPORTS_URL = "http://127.0.0.1:3001"
+
+
+def _reports(default: str = "") -> dict[str, str]:
+    """``BQ_PLATFORM_REPORTS_URL`` (see :class:`PipelineSettings`; set but empty: no picture
+    in the UI), else ``default``."""
+    value = os.environ.get("BQ_PLATFORM_REPORTS_URL")
+    value = default if value is None else value.strip()
+    return {"reports_url": value} if value else {}
 
 
 def _quality() -> dict[str, float]:
@@ -208,6 +229,7 @@ def build_resources(env: str) -> dict[str, Any]:
                 visitor_key=os.environ.get("BQ_PLATFORM_VISITOR_KEY") or LOCAL_VISITOR_KEY,
                 **_budget(),
                 **_quality(),
+                **_reports(LOCAL_REPORTS_URL),
             ),
         }
     if env == "prod":
@@ -229,7 +251,10 @@ def build_resources(env: str) -> dict[str, Any]:
                 )
             ),
             "settings": PipelineSettings(
-                visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"), **_budget(), **_quality()
+                visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"),
+                **_budget(),
+                **_quality(),
+                **_reports(),
             ),
         }
     raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")

@@ -8,9 +8,10 @@ gap (an hour with no data, an hour not built, an unbalanced hour) is seen at a g
   full table per site and hour, for Dagster's Markdown metadata;
 - :func:`render_png`: the same as PNG heat maps, sites x hours (matplotlib, Agg backend).
 
-Dagster's UI sanitizes Markdown images to ``http(s)`` sources (``data:`` URIs are dropped), so
-the picture in the UI is the text bar chart; the PNG is written to the object store and linked
-by path.
+Dagster's UI sanitizes Markdown images to ``http(s)`` sources (``data:`` URIs are dropped): the
+PNG is written to the object store, and the report embeds it by URL when
+``BQ_PLATFORM_REPORTS_URL`` says where a browser reads that folder (``make dev`` serves it on
+loopback; ``defs/resources.py``); the text bar chart is always there.
 """
 
 import dataclasses
@@ -208,7 +209,12 @@ def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatu
     labels = labels or ["(no site)"]
     hours = [hour_label(h) for h in day_hours(day)]
     fig, axes = plt.subplots(
-        1, len(MEASURES), figsize=(15, 1.6 + 0.24 * len(labels)), sharey=True, squeeze=False
+        1,
+        len(MEASURES),
+        figsize=(15, max(2.8, 1.6 + 0.24 * len(labels))),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
     )
     for ax, measure in zip(axes[0], MEASURES, strict=True):
         data = np.array(matrices[measure] or [[0] * 24], dtype=float)
@@ -234,10 +240,12 @@ def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatu
     missing = f"; not built/audited: {', '.join(h[-2:] for h in status.missing)}"
     fig.suptitle(
         f"Completeness {day}: {status.complete_hours}/24 hours complete"
-        + (missing if status.missing else ""),
-        fontsize=11,
+        + (missing if status.missing else "")
+        + "\nlines per site and UTC hour (log color scale); white: 0 lines; "
+        "hatched red: hour not built or not audited",
+        fontsize=10,
     )
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=80)
     plt.close(fig)
     return buffer.getvalue()

@@ -103,12 +103,23 @@ def ui(tmp_path_factory: pytest.TempPathFactory, access_logs: Path, spark) -> It
     dagster_home = home / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {"BQ_PLATFORM_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
+    reports_port = _free_port()  # the completeness pictures, served as `make dev` does
+    env = {
+        "BQ_PLATFORM_HOME": str(home),
+        "DAGSTER_HOME": str(dagster_home),
+        "BQ_PLATFORM_REPORTS_URL": f"http://127.0.0.1:{reports_port}",
+    }
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
         mp.delenv("BQ_PLATFORM_ENV", raising=False)
         _materialize(home, access_logs)
+    pictures = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(reports_port), "--bind", "127.0.0.1"],
+        cwd=home / "lake" / "reports",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     port = _free_port()
     webserver = Path(sys.executable).parent / "dagster-webserver"
     log = (home / "webserver.log").open("w")
@@ -133,11 +144,13 @@ def ui(tmp_path_factory: pytest.TempPathFactory, access_logs: Path, spark) -> It
             time.sleep(1)
         yield base
     finally:
+        pictures.terminate()
         process.terminate()
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
+        pictures.wait(timeout=30)
         log.close()
 
 
@@ -295,4 +308,16 @@ def test_completeness_report_shows_the_gap(browser, ui):
     links[-1].click()
     body = _wait_for(browser, "24/24 hours complete", "source_lines", "pageviews", "rejected")
     assert "ksc.nasa.gov" in body
+    # The PNG heat map is shown in the report (served like `make dev` serves lake/reports).
+    (picture,) = [
+        img
+        for img in browser.find_elements(By.TAG_NAME, "img")
+        if "completeness/day=1995-08-01.png" in (img.get_attribute("src") or "")
+    ]
+    loaded = "return arguments[0].complete && arguments[0].naturalWidth"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not browser.execute_script(loaded, picture) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert browser.execute_script(loaded, picture) > 400, "the picture did not load"
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", picture)
     _shot(browser, "completeness_report")

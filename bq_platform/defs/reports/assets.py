@@ -1,5 +1,6 @@
 """The daily completeness report: is every hour of the day there, and what does it hold?"""
 
+import hashlib
 import time
 
 import dagster as dg
@@ -7,7 +8,7 @@ import dagster as dg
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
 from bq_platform.defs.metadata import OWNERS
 from bq_platform.defs.partitions import daily_partitions, partition_hours
-from bq_platform.defs.resources import ObjectStoreResource, WarehouseResource
+from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.defs.warehouse.assets import pageviews_audit
 from bq_platform.lib.completeness import hour_status, markdown_report, render_png
 from bq_platform.lib.hours import hour_label
@@ -20,6 +21,13 @@ REPORT_PREFIX = "reports/completeness"
 def report_key(day: str) -> str:
     """Object-store key of a day's completeness picture (``reports/completeness/day=D.png``)."""
     return f"{REPORT_PREFIX}/day={day}.png"
+
+
+def picture_url(reports_url: str, key: str, png: bytes) -> str:
+    """Browser URL of the picture at ``key`` under ``reports_url`` (the ``reports/`` folder),
+    with a content hash as query so a browser never shows a replaced picture from its cache."""
+    relative = key.removeprefix("reports/")
+    return f"{reports_url.rstrip('/')}/{relative}?v={hashlib.sha256(png).hexdigest()[:12]}"
 
 
 @dg.asset(
@@ -43,11 +51,13 @@ def pageviews_completeness(
     context: dg.AssetExecutionContext,
     object_store: ObjectStoreResource,
     warehouse: WarehouseResource,
+    settings: PipelineSettings,
 ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
     """Per UTC day: source lines, pageviews and rejected lines per site and hour, as a table, a
-    24-hour bar chart per site (in the UI) and a PNG picture (path in the metadata), so a gap
-    (an hour without data, not built, or unbalanced) is seen at a glance. Read from the audit
-    table and the hour manifests; it writes no table."""
+    24-hour bar chart per site and a PNG heat map of sites x hours, so a gap (an hour without
+    data, not built, or unbalanced) is seen at a glance. The picture is shown in the report when
+    BQ_PLATFORM_REPORTS_URL says where a browser reads it (make dev sets it); its path is in
+    the metadata. Read from the audit table and the hour manifests; it writes no table."""
     started = time.monotonic()
     store, wh = object_store.get_store(), warehouse.get_warehouse()
     hours = partition_hours(context)
@@ -60,14 +70,22 @@ def pageviews_completeness(
             fingerprints[hour_label(hour)] = manifest.fingerprint
     status = hour_status(day, rows, fingerprints)
     key = report_key(context.partition_key)
-    store.write_bytes(key, render_png(day, rows, status))
+    png = render_png(day, rows, status)
+    store.write_bytes(key, png)
+    text = markdown_report(day, rows, status)
+    links = {}
+    if settings.reports_url:
+        url = picture_url(settings.reports_url, key, png)
+        text = f"![completeness of {day}]({url})\n\n{text}"
+        links = {"picture_url": dg.MetadataValue.url(url)}
     problems = [f"{h}: not built or not audited" for h in status.missing] + [
         f"{h}: accounting does not balance" for h in status.unbalanced
     ]
     result = dg.MaterializeResult(
         metadata={
-            "report": dg.MetadataValue.md(markdown_report(day, rows, status)),
+            "report": dg.MetadataValue.md(text),
             "picture": dg.MetadataValue.path(store.uri(key)),
+            **links,
             "complete_hours": status.complete_hours,
             "empty_hours": len(status.empty),
             "sites": len({r["site"] for r in rows}),
