@@ -18,6 +18,11 @@ Behaviours (cloud.google.com pages unless stated):
   decorated ID; GAP-NUMROWS: its ``numRows`` is not updated by DML, copies or failed loads.
   Counted with ``COUNT(*)`` on the emulator (the shim's cost, not production's: BigQuery
   reads it from metadata, 0 bytes billed).
+- **tabledata.list of ``table$YYYYMMDD``** lists that day partition's rows
+  (``/bigquery/docs/reference/rest/v2/tabledata/list``; ``/bigquery/docs/
+  managing-partitioned-table-data``: a decorator addresses one partition). GAP-DECORATOR-LIST:
+  the emulator answers 404. :mod:`bq_platform_tests.bigquery_shim_lists` lists the whole
+  table on the emulator and keeps that day's rows.
 - **jobs.insert with a job ID that exists** answers HTTP 409 ``duplicate``
   (``/bigquery/docs/running-jobs#generate-jobid``: "If you use the same job ID ... the job
   is not run again"; ``/bigquery/docs/error-messages``: ``duplicate``, 409). GAP-409: the
@@ -61,6 +66,7 @@ from google.cloud import bigquery
 from bq_platform.lib.warehouse import rules
 from bq_platform.lib.warehouse.bigquery import schema_fields, spec_of
 from bq_platform.lib.warehouse.schema import Column, TableSpec
+from bq_platform_tests.bigquery_shim_lists import DATA_PATH, PartitionLists
 from bq_platform_tests.emulators import HttpCall, RecordingSession, json_response
 
 _TABLE_PATH = re.compile(r"^/bigquery/v2/projects/([^/]+)/datasets/([^/]+)/tables/([^/]+)$")
@@ -97,7 +103,7 @@ class JobRefused(Exception):
         self.reason = reason
 
 
-class BigQueryShim:
+class BigQueryShim(PartitionLists):
     """A responder for :class:`RecordingSession` that gives bqemulator BigQuery's behaviour.
 
     Args:
@@ -107,10 +113,12 @@ class BigQueryShim:
     Attributes:
         jobs: job resources of the loads and copies the shim ran, by job ID.
         answered: how often each behaviour answered (``tables.get``, ``tables.get$``,
-            ``409``, ``load``, ``copy``, ``jobs.get``), so tests can see the shim was used.
+            ``409``, ``load``, ``copy``, ``jobs.get``, ``tabledata.list$``), so tests can see the
+            shim was used.
     """
 
     def __init__(self, endpoint: str, project: str) -> None:
+        self.endpoint = endpoint.rstrip("/")
         self._http = requests.Session()
         self._http.trust_env = False  # loopback only
         self.project = project
@@ -138,6 +146,8 @@ class BigQueryShim:
 
     def __call__(self, call: HttpCall) -> requests.Response | None:
         path = unquote(call.path)
+        if call.method == "GET" and (match := DATA_PATH.match(path)):
+            return self._partition_list(call, *match.groups())
         if call.method == "GET" and (match := _TABLE_PATH.match(path)):
             return self._table_get(*match.groups())
         if call.method == "GET" and (match := _JOB_PATH.match(path)):

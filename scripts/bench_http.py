@@ -26,8 +26,10 @@ table-metadata requests (``tables.get``/``insert``/``patch``), ``jobs.insert`` b
 ``jobs.get`` and every query job with its bytes; the checks are the read (SELECT) query jobs.
 bqemulator answers ``totalBytesProcessed`` ("0") but no ``totalBytesBilled``; BigQuery bills
 at least 10 MB per table a query reads, so the target "checks bill 0 bytes" is met only by
-checks that run no query. The adapter's own counters (``metadata_requests``, ``metadata_reads``)
-are kept next to the HTTP counts.
+checks that run no query. Partition counts (``tables.get`` of ``table$YYYYMMDD``) are reported
+apart from the whole-table metadata requests, and ``tabledata.list`` (the free row reads of
+the ledger and the audit) apart from both. The adapter's own counters (``metadata_requests``,
+``partition_reads``, ``rows_listed``) are kept next to the HTTP counts.
 """
 
 import argparse
@@ -271,7 +273,8 @@ def measure(work: Path | None = None, logs: Path = DEFAULT_LOGS, every: int = 1)
             known_jobs.update(job_tables(session.calls, session.answers))
             adapter = {
                 "metadata_requests": dict(warehouse.metadata_requests),
-                "metadata_reads": dict(warehouse.metadata_reads),
+                "partition_reads": dict(warehouse.partition_reads),
+                "rows_listed": dict(warehouse.rows_listed),
                 "dataset_requests": warehouse.dataset_requests,
             }
             counted["summary"]["adapter_metadata_max"] = max(
@@ -310,10 +313,12 @@ def summary_text(result: dict) -> str:
         lines += [
             f"  {run['name']} ({run['seconds']} s, {run['requests']} requests, "
             f"{', '.join(f'{k} {v}' for k, v in run['actions'].items())}):",
-            f"    {s['tables']} tables; metadata requests per table max {s['metadata_max']}, "
-            f"total {s['metadata_total']} (writes max {s['metadata_writes_max']}; adapter's "
-            f"ensure_table counter max {s['adapter_metadata_max']}); over 1: "
+            f"    {s['tables']} tables; whole-table metadata requests per table max "
+            f"{s['table_metadata_max']} (adapter's counter max {s['adapter_metadata_max']}; "
+            f"writes max {s['metadata_writes_max']}), partition gets {s['partition_gets']}, all "
+            f"tables.* max {s['metadata_max']}, total {s['metadata_total']}; over 1: "
             f"{len(s['tables_over_target'])} tables",
+            f"    tabledata.list (free row reads): {s['tabledata_lists']}",
             f"    jobs.insert {s['jobs_total']} ({jobs}), max {s['jobs_max']} per table; "
             f"jobs.get {s['jobs_get']}; query jobs {s['query_jobs']}",
             f"    checks: {s['check_query_jobs']} query jobs {s['checks_by_phase']}; bytes billed "

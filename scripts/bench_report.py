@@ -250,25 +250,30 @@ def http_markdown(http: dict | None) -> list[str]:
         "production BigQuery adapter on bqemulator and gcp-storage-emulator "
         "(`scripts/bench_http.py`): audit rows, 24 x 2 stage loads, day completeness, the "
         "publish of both kinds, the dead letters; then a re-run on the same content (a new "
-        "warehouse object). Counted per request at the client's HTTP session: metadata = "
-        "`tables.get` (of a table or a `$YYYYMMDD` partition), `tables.insert`, `tables.patch`; "
-        "checks = read (SELECT) query jobs. bqemulator reports no `totalBytesBilled`; BigQuery "
-        "bills at least 10 MB per table a query reads, so a check costs 0 bytes only if it runs "
-        "no query.",
+        "warehouse object). Counted per request at the client's HTTP session: table metadata = "
+        "`tables.get`, `tables.insert`, `tables.patch` of a whole table (the target); a "
+        "partition's row count is one `tables.get` of `table$YYYYMMDD` each, counted apart; "
+        "checks and ledger lookups read rows with `tabledata.list` (free: "
+        "cloud.google.com/bigquery/pricing, free operations); checks' query jobs = read "
+        "(SELECT) queries. bqemulator reports no `totalBytesBilled`; BigQuery bills at least "
+        "10 MB per table a query reads, so a check costs 0 bytes only if it runs no query.",
         "",
-        "| run | requests | tables | metadata requests per table (max / total) "
-        "| of which insert/patch (max per table) | jobs per table (max / total) | jobs by type "
-        "| `jobs.get` | query jobs | checks' query jobs | bytes billed by checks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | requests | tables | table metadata per table (max / total) "
+        "| of which insert/patch (max per table) | partition `tables.get` | `tabledata.list` "
+        "| jobs per table (max / total) | jobs by type | `jobs.get` | query jobs "
+        "| checks' query jobs | bytes billed by checks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in http["runs"]:
         s = run["summary"]
         billed = _bytes(s["check_bytes_billed"])
         if s["check_query_jobs"]:
             billed += f" (BigQuery: >= {s['check_bytes_min_bigquery']:,})"
+        whole = s.get("table_metadata_max", s["metadata_max"])
         out.append(
-            f"| {run['name']} | {run['requests']} | {s['tables']} | {s['metadata_max']} / "
-            f"{s['metadata_total']} | {s['metadata_writes_max']} | {s['jobs_max']} / "
+            f"| {run['name']} | {run['requests']} | {s['tables']} | {whole} / "
+            f"{s['metadata_total'] - s.get('partition_gets', 0)} | {s['metadata_writes_max']} | "
+            f"{s.get('partition_gets', 0)} | {s.get('tabledata_lists', 0)} | {s['jobs_max']} / "
             f"{s['jobs_total']} | "
             + (", ".join(f"{k} {v}" for k, v in s["jobs_by_type"].items()) or "none")
             + f" | {s['jobs_get']} | {s['query_jobs']} | {s['check_query_jobs']} | {billed} |"
@@ -310,7 +315,7 @@ def http_markdown(http: dict | None) -> list[str]:
         s = run["summary"]
         verdicts.append(
             f"{run['name']}: {len(s['tables_over_target'])} of {s['tables']} tables over 1 "
-            f"metadata request, {s['check_query_jobs']} check query jobs"
+            f"table-metadata request, {s['check_query_jobs']} check query jobs"
         )
     out.append(
         "**Target (1 table-metadata request per table per run, checks bill 0 bytes): "

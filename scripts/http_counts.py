@@ -8,6 +8,8 @@ the BigQuery REST API v2 (cloud.google.com/bigquery/docs/reference/rest):
 - ``GET/PATCH/PUT .../datasets/{d}/tables/{t}``: ``tables.get``/``patch``/``update`` (a
   ``{t}`` with ``$YYYYMMDD`` is a partition's ``tables.get``, counted as ``tables.get$``);
   ``POST .../datasets/{d}/tables``: ``tables.insert``; ``GET`` of it: ``tables.list``;
+  ``GET .../tables/{t}/data``: ``tabledata.list`` (``tabledata.list$`` for a partition), a
+  free read of rows (cloud.google.com/bigquery/pricing#free), not a metadata request;
 - ``POST .../projects/{p}/jobs``: ``jobs.insert`` (type from ``configuration``); ``GET`` of
   it: ``jobs.list``; ``GET .../jobs/{id}``: ``jobs.get``; ``GET .../queries/{id}``:
   ``getQueryResults``;
@@ -17,6 +19,11 @@ A job's table is its load/copy destination, or the first backquoted table a quer
 ``jobs.get`` or ``getQueryResults`` counts for the table of its job. Query jobs are listed with
 their statement (SELECT, INSERT, MERGE...) and ``statistics.query.totalBytesBilled``/
 ``totalBytesProcessed`` as answered. The checks are the read (SELECT) query jobs.
+
+``metadata`` counts every ``tables.*`` request of a table, partitions included;
+``table_metadata`` only the whole-table ones (``tables.get``/``insert``/``patch``). The target
+is on ``table_metadata``: a partition's count (``tables.get`` of ``table$YYYYMMDD``) is a
+separate request per partition, reported as ``partition_gets``.
 """
 
 import re
@@ -33,6 +40,7 @@ MIN_BILLED_PER_TABLE = 10 * 2**20
 _DATASET = r"/bigquery/v2/projects/[^/]+/datasets/[^/]+"
 _TABLE = re.compile(rf"^{_DATASET}/tables/([^/]+)$")
 _TABLES = re.compile(rf"^{_DATASET}/tables$")
+_DATA = re.compile(rf"^{_DATASET}/tables/([^/]+)/data$")
 _DATASET_PATHS = re.compile(rf"^(?:{_DATASET}|/bigquery/v2/projects/[^/]+/datasets)$")
 JOBS_PATH = re.compile(r"^/bigquery/v2/projects/[^/]+/jobs$")
 JOB_PATH = re.compile(r"^/bigquery/v2/projects/[^/]+/jobs/([^/]+)$")
@@ -40,6 +48,7 @@ QUERY_RESULTS_PATH = re.compile(r"^/bigquery/v2/projects/[^/]+/queries/([^/]+)$"
 _SQL_TABLE = re.compile(r"`[^`.]+\.[^`.]+\.([^`$]+)(?:\$\d{8})?`")
 METADATA_OPS = ("tables.get", "tables.get$", "tables.insert", "tables.patch")
 METADATA_WRITES = ("tables.insert", "tables.patch")
+TABLE_METADATA_OPS = ("tables.get", "tables.insert", "tables.patch")
 JOB_TYPES = ("load", "copy", "query", "extract")
 READ_STATEMENTS = ("SELECT", "WITH")
 
@@ -144,6 +153,9 @@ def count_calls(
             op = {"PATCH": "tables.patch", "PUT": "tables.patch", "DELETE": "tables.delete"}
             get = "tables.get$" if "$" in match[1] else "tables.get"
             bump(base_table(match[1]), get if method == "GET" else op.get(method, method))
+        elif match := _DATA.match(path):
+            op = "tabledata.list$" if "$" in match[1] else "tabledata.list"
+            bump(base_table(match[1]), op)
         elif _TABLES.match(path):
             if method == "POST" and isinstance(call.body, dict):
                 bump(call.body.get("tableReference", {}).get("tableId"), "tables.insert")
@@ -177,6 +189,7 @@ def count_calls(
             unclassified.append([method, path])
     for counts in tables.values():
         counts["metadata"] = sum(counts.get(op, 0) for op in METADATA_OPS)
+        counts["table_metadata"] = sum(counts.get(op, 0) for op in TABLE_METADATA_OPS)
         counts["metadata_writes"] = sum(counts.get(op, 0) for op in METADATA_WRITES)
         counts["jobs"] = sum(v for k, v in counts.items() if k.startswith("jobs.insert."))
     run: dict[str, Any] = {
@@ -195,15 +208,18 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``tables``; ``metadata_max``/``metadata_total`` (all ``tables.*`` requests) and
-        ``metadata_writes_max``; ``tables_over_target``; ``jobs_total``, ``jobs_max`` per
-        table, ``jobs_by_type``, ``jobs_get``; ``query_jobs``; ``check_query_jobs`` and
-        ``checks_by_phase`` (read queries); ``check_bytes_billed`` (as answered; None if a
-        check's answer had no ``totalBytesBilled``), ``check_bytes_processed`` (same),
+        ``metadata_writes_max``; ``table_metadata_max`` (whole-table requests) and
+        ``partition_gets`` and ``tabledata_lists`` (totals); ``tables_over_target`` (by
+        ``table_metadata``); ``jobs_total``, ``jobs_max`` per table, ``jobs_by_type``,
+        ``jobs_get``; ``query_jobs``; ``check_query_jobs`` and ``checks_by_phase``
+        (read queries); ``check_bytes_billed`` (as answered; None if a check's answer had no
+        ``totalBytesBilled``), ``check_bytes_processed`` (same),
         ``check_bytes_min_bigquery`` (:data:`MIN_BILLED_PER_TABLE` per check); ``met``: every
-        table within :data:`TARGET_METADATA_PER_TABLE` and no check query.
+        table within :data:`TARGET_METADATA_PER_TABLE` whole-table requests and no check query.
     """
     tables = run["tables"].values()
     metadata = [t["metadata"] for t in tables]
+    table_metadata = [t.get("table_metadata", t["metadata"]) for t in tables]
     jobs = [t["jobs"] for t in tables]
     checks = [q for q in run["query_jobs"] if q["check"]]
     by_type: dict[str, int] = {}
@@ -226,8 +242,15 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "metadata_max": max(metadata, default=0),
         "metadata_total": sum(metadata),
         "metadata_writes_max": max((t["metadata_writes"] for t in tables), default=0),
+        "table_metadata_max": max(table_metadata, default=0),
+        "partition_gets": sum(t.get("tables.get$", 0) for t in tables),
+        "tabledata_lists": sum(
+            t.get("tabledata.list", 0) + t.get("tabledata.list$", 0) for t in tables
+        ),
         "tables_over_target": sorted(
-            name for name, t in run["tables"].items() if t["metadata"] > TARGET_METADATA_PER_TABLE
+            name
+            for name, t in run["tables"].items()
+            if t.get("table_metadata", t["metadata"]) > TARGET_METADATA_PER_TABLE
         ),
         "jobs_total": sum(jobs),
         "jobs_max": max(jobs, default=0),
@@ -239,7 +262,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "check_bytes_billed": total("bytes_billed"),
         "check_bytes_processed": total("bytes_processed"),
         "check_bytes_min_bigquery": MIN_BILLED_PER_TABLE * len(checks),
-        "met": max(metadata, default=0) <= TARGET_METADATA_PER_TABLE and not checks,
+        "met": max(table_metadata, default=0) <= TARGET_METADATA_PER_TABLE and not checks,
     }
 
 

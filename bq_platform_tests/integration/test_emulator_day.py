@@ -15,15 +15,22 @@ gcp-storage-emulator through ``GCSObjectStore``; then, through the production
 4. the checks: the day partition holds the sum of its hours (the ``partition_matches_stage``
    check), row for row; every landed line is accounted for;
 5. the day's dead letters: one WRITE_TRUNCATE load of the 24 hours' dead-letter files into
-   ``pageview_deadletters$19950801``; a re-run submits nothing.
+   ``pageview_deadletters$19950801``; a re-run submits nothing;
+6. issue 9, from the recorded HTTP calls of the first run and the re-run: at most one
+   table-metadata request (``tables.get``/``insert``/``patch`` of a whole table) per table
+   per run, and no query job that reads (the checks and the ledger read rows with the free
+   ``tabledata.list``).
 
 GAP-HIVE work-around as in ``test_emulator_hourly_path.py`` (keys without ``key=value``).
 """
 
+import collections
 import datetime as dt
 import gzip
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -167,6 +174,8 @@ def test_whole_day_on_the_emulators(
     assert all(len(c["sourceTables"]) == 24 for c in copies)
     assert shim.answered["copy"] == 2
 
+    first_run_calls = list(session.calls)  # steps 1-3; step 4 is the test's own reading
+
     # 4. The checks: day = sum of its hours, row for row; every landed line accounted for.
     for kind, result in published.items():
         hour_rows = [warehouse.table_rows(stage_spec(kind, h).name) for h in hours]
@@ -191,6 +200,7 @@ def test_whole_day_on_the_emulators(
         )
 
     # 5. The day's dead letters: one load of its 24 hours' files into the day partition.
+    step_5 = len(session.calls)
     dead = load_day_deadletters(warehouse, gcs, DAY, asset="dl", run_id="r1")
     assert dead.outcome.action == "submitted" and dead.hours == 24 and dead.files >= 24
     assert dead.matches and dead.partition_rows == dead.expected_rows >= len(GARBAGE)
@@ -199,6 +209,7 @@ def test_whole_day_on_the_emulators(
     sql = f"SELECT raw FROM `{shim.project}.{dataset}.{DEADLETTERS_TABLE}`"
     raws = [r["raw"] for r in shim.backend.query(sql).result()]
     assert len(raws) == dead.expected_rows and {g.decode() for g in GARBAGE} <= set(raws)
+    first_run_calls += session.calls[step_5:]
 
     # A re-run (a new run, same content) submits nothing and finds the same day.
     rerun, rerun_session = run()
@@ -213,7 +224,44 @@ def test_whole_day_on_the_emulators(
         assert again.outcome.action == "skipped"
         assert again.partition_rows == published[kind].partition_rows
     assert rerun_session.job_inserts() == []
+
+    # 6. Issue 9: one table-metadata request per table per run; checks bill 0 bytes.
+    for calls in (first_run_calls, rerun_session.calls):
+        metadata = _table_metadata_requests(calls)
+        assert len(metadata) >= 4 and max(metadata.values()) == 1, metadata
+        assert [q for q in _query_statements(calls) if q in ("SELECT", "WITH")] == []
+    assert len(_table_metadata_requests(first_run_calls)) == 2 * 24 + 5  # + ledger, audit...
+    listed = [unquote(c.path) for c in rerun_session.calls if c.path.endswith("/data")]
+    assert len(listed) == 3  # the ledger once, the audit partition once per gate
     shim.close()
+
+
+_TABLE = re.compile(r"/datasets/[^/]+/tables/([^/$]+)$")
+
+
+def _table_metadata_requests(calls: list[emulators.HttpCall]) -> dict[str, int]:
+    """Whole-table ``tables.get``/``insert``/``patch`` requests per table (a partition's
+    ``tables.get``, ``table$YYYYMMDD``, is a separate count and not included)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for call in calls:
+        path = unquote(call.path)
+        if match := _TABLE.search(path):
+            counts[match[1]] += 1
+        elif call.method == "POST" and path.endswith("/tables") and isinstance(call.body, dict):
+            counts[call.body["tableReference"]["tableId"]] += 1
+    return dict(counts)
+
+
+def _query_statements(calls: list[emulators.HttpCall]) -> list[str]:
+    """The first keyword of every query job inserted (SELECT, INSERT, MERGE...)."""
+    return [
+        call.body["configuration"]["query"]["query"].split()[0].upper()
+        for call in calls
+        if call.method == "POST"
+        and call.path.endswith("/jobs")
+        and isinstance(call.body, dict)
+        and "query" in call.body.get("configuration", {})
+    ]
 
 
 def _event_ids(shim: BigQueryShim, table: str) -> list[str]:

@@ -7,13 +7,16 @@ Behaviour shared with DuckDB (latest wins, one schema) is the contract suite's
 """
 
 import datetime as dt
+from collections.abc import Callable
 
 import pytest
 
 from bq_platform.lib.accounting import SiteHourCounts, audit_records
 from bq_platform.lib.retries import api_retry, query_job_retry
+from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import PublishRecord
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.emulators import BigQueryEmulator, RecordingSession
 
 pytestmark = pytest.mark.emulator
@@ -24,23 +27,29 @@ RUN_ID = "run-sql"
 
 
 @pytest.fixture
-def session() -> RecordingSession:
-    return RecordingSession()
+def make_warehouse(
+    bq_emulator: BigQueryEmulator, bq_dataset: str
+) -> Callable[[RecordingSession], BigQueryWarehouse]:
+    """A new adapter object (= a new run) on the test's dataset, over ``session``."""
+
+    def make(session: RecordingSession) -> BigQueryWarehouse:
+        return BigQueryWarehouse(
+            bq_emulator.client(session),
+            bq_emulator.project,
+            bq_dataset,
+            "US",
+            retry=api_retry(timeout_s=5.0),
+            job_retry=query_job_retry(timeout_s=5.0),
+        )
+
+    return make
 
 
 @pytest.fixture
 def warehouse(
-    bq_emulator: BigQueryEmulator, bq_dataset: str, session: RecordingSession
+    make_warehouse: Callable[[RecordingSession], BigQueryWarehouse], session: RecordingSession
 ) -> BigQueryWarehouse:
-    """The adapter on the raw emulator (these SQL statements need no shim)."""
-    return BigQueryWarehouse(
-        bq_emulator.client(session),
-        bq_emulator.project,
-        bq_dataset,
-        "US",
-        retry=api_retry(timeout_s=5.0),
-        job_retry=query_job_retry(timeout_s=5.0),
-    )
+    return make_warehouse(session)
 
 
 def test_ledger_rows_are_parameterized_inserts(
@@ -95,3 +104,67 @@ def test_audit_rows_are_replaced_atomically_per_hour(warehouse: BigQueryWarehous
     assert [r["hour"] for r in warehouse.audit_rows(h4, h5 + dt.timedelta(days=1))] == [h4]
     with pytest.raises(ValueError, match="not in the replaced hours"):
         warehouse.replace_audit_rows([h4], audit_records([_audit(h5, "x", 1)], "fp", RUN_ID))
+
+
+def test_audit_rows_are_listed_per_day_partition_not_queried(
+    warehouse: BigQueryWarehouse, session: RecordingSession
+) -> None:
+    """Issue 9: the completeness check's audit read bills 0 bytes: one ``tabledata.list`` of
+    ``pageviews_audit$YYYYMMDD`` per UTC day of the range, hours filtered in Python."""
+    late = dt.datetime(1995, 8, 1, 23, tzinfo=dt.UTC)
+    next_day = late + dt.timedelta(hours=1)
+    hours = [HOURS[0], late, next_day]
+    warehouse.replace_audit_rows(
+        hours, audit_records([_audit(h, "epa.gov", h.hour) for h in hours], "fp", RUN_ID)
+    )
+    before = len(session.calls)
+    rows = warehouse.audit_rows(HOURS[1], next_day + dt.timedelta(minutes=30))
+    assert [r["hour"] for r in rows] == [late, next_day]  # 04:00 is before the range
+    calls = session.calls[before:]
+    assert [c.path.rsplit("/", 2)[-2] for c in calls] == [
+        "pageviews_audit$19950801",
+        "pageviews_audit$19950802",
+    ]
+    assert all(c.method == "GET" and c.path.endswith("/data") for c in calls)
+    assert "SELECT" not in _query_statements(session)
+    assert warehouse.audit_rows(next_day, next_day) == []  # an empty range reads nothing
+    assert len(session.calls) == before + 2
+
+
+def _query_statements(session: RecordingSession) -> list[str]:
+    """First keyword of each query job the session inserted."""
+    return [
+        c.body["configuration"]["query"]["query"].split()[0].upper()
+        for c in session.calls
+        if c.method == "POST"
+        and c.path.endswith("/jobs")
+        and isinstance(c.body, dict)
+        and "query" in c.body.get("configuration", {})
+    ]
+
+
+def test_ledger_is_listed_once_per_run_never_queried(
+    make_warehouse: Callable[[RecordingSession], BigQueryWarehouse], shim: BigQueryShim
+) -> None:
+    """Issue 9: publish-record lookups bill 0 bytes. The ledger is read once per warehouse
+    object with ``tabledata.list`` (free); the object's own appends are seen at once, another
+    process's from the next run on (documented in ``bigquery_sql``)."""
+    at = dt.datetime(2026, 1, 2, 3, tzinfo=dt.UTC)
+    writer = make_warehouse(shim.session())
+    writer.write_publish_record(PublishRecord("pageviews", "19950801", "j1", "f1", 1, at))
+    session = shim.session()
+    reader = make_warehouse(session)
+    for _ in range(3):
+        assert reader.read_publish_record("pageviews", "19950801").job_id == "j1"
+        assert reader.read_publish_record("pageviews", "19950802") is None
+    later = at + dt.timedelta(minutes=1)
+    writer.write_publish_record(PublishRecord("pageviews", "19950801", "j2", "f2", 2, later))
+    assert reader.read_publish_record("pageviews", "19950801").job_id == "j1"  # next run's
+    reader.write_publish_record(PublishRecord("pageviews", "19950803", "j3", "f3", 3, at))
+    assert reader.read_publish_record("pageviews", "19950803").job_id == "j3"  # its own: now
+    assert make_warehouse(shim.session()).read_publish_record("pageviews", "19950801") == (
+        PublishRecord("pageviews", "19950801", "j2", "f2", 2, later)
+    )
+    assert _query_statements(session) == ["INSERT"]  # the one append; no SELECT
+    assert [c.method for c in session.calls if c.path.endswith("/data")] == ["GET"]
+    assert len(session.table_metadata_calls(ledger.PUBLISH_LEDGER_TABLE)) == 1

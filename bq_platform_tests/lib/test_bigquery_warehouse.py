@@ -20,7 +20,7 @@ itself).
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -57,18 +57,6 @@ pytestmark = pytest.mark.emulator
 
 DAY = dt.date(1995, 8, 1)
 HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in (4, 5)]
-
-
-@pytest.fixture
-def shim(bq_emulator: BigQueryEmulator) -> Iterator[BigQueryShim]:
-    made = BigQueryShim(bq_emulator.endpoint, bq_emulator.project)
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def session(shim: BigQueryShim) -> RecordingSession:
-    return shim.session()
 
 
 @pytest.fixture
@@ -286,20 +274,35 @@ def test_daily_copy_resource_sent(
 
 
 def test_counts_are_one_tables_get_each_no_query(
-    warehouse: BigQueryWarehouse, session: RecordingSession, store: GCSObjectStore
+    warehouse: BigQueryWarehouse,
+    session: RecordingSession,
+    store: GCSObjectStore,
+    shim: BigQueryShim,
+    make_warehouse: Callable[..., BigQueryWarehouse],
 ) -> None:
-    """``table_rows``/``partition_rows`` bill 0 bytes: one ``tables.get`` each, no query job
-    (issue 6, defect 6: INFORMATION_SCHEMA.PARTITIONS reads at most 1,000 tables)."""
+    """``table_rows``/``partition_rows`` bill 0 bytes: at most one ``tables.get`` each, no query
+    job (issue 6, defect 6: INFORMATION_SCHEMA.PARTITIONS reads at most 1,000 tables); the
+    rows of a table this object loaded with WRITE_TRUNCATE are the job's (issue 9)."""
     run_load(warehouse, store, HOURS[0], 3, sha256_json(["counts"]))
     table = stage_spec("full", HOURS[0]).name
     before = len(session.calls)
-    assert warehouse.partition_rows(table, DAY) == 3
-    assert warehouse.table_rows(table) == 3
+    for _ in range(2):
+        assert warehouse.partition_rows(table, DAY) == 3
+        assert warehouse.table_rows(table) == 3
     calls = session.calls[before:]
-    assert [(c.method, c.path.rsplit("/", 1)[-1]) for c in calls] == [
-        ("GET", f"{table}$19950801"),
+    assert [(c.method, c.path.rsplit("/", 1)[-1]) for c in calls] == [("GET", f"{table}$19950801")]
+    fresh_session = shim.session()
+    fresh = make_warehouse(fresh_session)  # a new run knows nothing: one tables.get each
+    for _ in range(2):
+        assert fresh.table_rows(table) == 3
+        assert fresh.partition_rows(table, DAY) == 3
+    tables_calls = [c for c in fresh_session.calls if "/tables" in c.path]  # not datasets.get
+    assert [(c.method, c.path.rsplit("/", 1)[-1]) for c in tables_calls] == [
+        ("GET", "tables"),  # tables.list, once per object
         ("GET", table),
+        ("GET", f"{table}$19950801"),
     ]
+    assert (fresh.metadata_requests[table], fresh.partition_reads[table]) == (1, 1)
 
 
 def test_job_ids_are_project_wide(

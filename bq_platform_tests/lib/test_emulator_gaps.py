@@ -84,6 +84,16 @@ def test_gap_decorator_on_tables_get(raw: Raw) -> None:
         raw.client.get_table(raw.ref("a$19950801"))
 
 
+def test_gap_decorator_on_tabledata_list(raw: Raw) -> None:
+    """GAP-DECORATOR-LIST: ``tabledata.list`` of ``table$YYYYMMDD`` answers 404; BigQuery lists
+    that day partition's rows (/bigquery/docs/reference/rest/v2/tabledata/list)."""
+    raw.load("three.parquet", "a")
+    fields = schema_fields(PAGEVIEW_COLUMNS)
+    assert len(list(raw.client.list_rows(raw.ref("a"), selected_fields=fields))) == 3
+    with pytest.raises(api_exceptions.NotFound):
+        list(raw.client.list_rows(raw.ref("a$19950801"), selected_fields=fields))
+
+
 def test_gap_reused_job_id_runs_again(raw: Raw) -> None:
     """GAP-409: BigQuery refuses a reused job ID with 409 ``duplicate``; the emulator runs it."""
     job_id = unique_name("reused")

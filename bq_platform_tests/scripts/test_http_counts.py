@@ -64,6 +64,7 @@ def test_counts_per_table() -> None:
             "jobs.insert.query": 2,
             "getQueryResults": 1,
             "metadata": 0,
+            "table_metadata": 0,
             "metadata_writes": 0,
             "jobs": 2,
         },
@@ -72,6 +73,7 @@ def test_counts_per_table() -> None:
             "tables.patch": 1,
             "jobs.get": 1,
             "metadata": 2,
+            "table_metadata": 1,
             "metadata_writes": 1,
             "jobs": 0,
         },
@@ -81,6 +83,7 @@ def test_counts_per_table() -> None:
             "jobs.insert.load": 1,
             "tables.get": 1,
             "metadata": 2,
+            "table_metadata": 2,
             "metadata_writes": 1,
             "jobs": 1,
         },
@@ -107,7 +110,8 @@ def test_counts_per_table() -> None:
     ]
     summary = run["summary"]
     assert (summary["tables"], summary["metadata_max"], summary["metadata_total"]) == (3, 2, 4)
-    assert summary["tables_over_target"] == ["pageviews", "stage_1995080100"]
+    assert summary["tables_over_target"] == ["stage_1995080100"]  # pageviews: 1 + a partition
+    assert (summary["table_metadata_max"], summary["partition_gets"]) == (2, 1)
     assert summary["jobs_by_type"] == {"load": 1, "query": 2}
     assert (summary["jobs_total"], summary["jobs_max"], summary["jobs_get"]) == (3, 2, 2)
     assert summary["check_query_jobs"] == 1
@@ -141,7 +145,22 @@ def test_report_section() -> None:
     http = {"site": "s", "day": "1995-08-01", "lines": 10, "met": False}
     http["runs"] = [{"name": "first run", **run}]
     text = "\n".join(bench_report.http_markdown(http))
-    assert "| first run | 13 | 3 | 2 / 4 | 1 | 2 / 3 | load 1, query 2 | 2 | 2 | 1 |" in text
+    # whole-table metadata 2 (max) / 3 (total), 1 insert/patch, 1 partition get, 0 lists
+    row = "| first run | 13 | 3 | 2 / 3 | 1 | 1 | 0 | 2 / 3 | load 1, query 2 | 2 | 2 | 1 |"
+    assert row in text
     assert "| first run | `stage_<hour>` | 1 | 1 | 0 | 1 | 0 | 2 | 1 | 0 | 0 | 1 |" in text
-    assert "checks bill 0 bytes): NOT met** (first run: 2 of 3 tables" in text
+    assert "checks bill 0 bytes): NOT met** (first run: 1 of 3 tables" in text
     assert "Not measured in this run" in "\n".join(bench_report.http_markdown(None))
+
+
+def test_tabledata_list_is_a_free_read_not_metadata() -> None:
+    calls = [
+        _get(f"{D}/tables/_bq_platform_published/data"),
+        _get(f"{D}/tables/pageviews_audit%2419950801/data"),  # one day partition, URL-quoted
+    ]
+    run = http_counts.count_calls(calls)
+    assert run["unclassified"] == [] and run["dataset_requests"] == {}
+    assert run["tables"]["_bq_platform_published"]["tabledata.list"] == 1
+    assert run["tables"]["pageviews_audit"]["tabledata.list$"] == 1
+    assert all(t["metadata"] == 0 for t in run["tables"].values())
+    assert run["summary"]["met"] is True and run["summary"]["check_query_jobs"] == 0

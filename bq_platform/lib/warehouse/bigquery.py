@@ -6,20 +6,26 @@ through the official client:
 
 Tables
     The dataset's tables are listed once per warehouse object (``tables.list``, a dataset
-    request); then a table costs one metadata request per run: ``tables.insert`` when it is
-    new, ``tables.get`` when it exists (plus one ``tables.patch`` if the spec appends NULLABLE
-    columns or changes clustering, labels or ``require_partition_filter``). BigQuery allows
-    about 5 metadata updates per 10 s per table (cloud.google.com/bigquery/quotas
-    #standard_tables); checking a table per partition is the classic 403 storm. The requests
-    are counted per table in :attr:`BigQueryWarehouse.metadata_requests`.
+    request); then a table costs one metadata request per run (issue 9): ``tables.insert``
+    when it is new, ``tables.get`` when it exists (plus one ``tables.patch`` if the spec
+    appends NULLABLE columns or changes clustering, labels or ``require_partition_filter``).
+    Their answers (schema, rows, creation time) are kept per object (:mod:`.bigquery_cache`);
+    a table it never ensures is read once, when first asked. BigQuery allows about 5 metadata
+    updates per 10 s per table (cloud.google.com/bigquery/quotas#standard_tables). Counted per
+    table in :attr:`BigQueryWarehouse.metadata_requests` (target: 1 per run).
 
 Counts
-    :meth:`BigQueryWarehouse.table_info` reads ``numRows`` and ``creationTime`` with
+    :meth:`BigQueryWarehouse.table_info` answers ``rows`` and ``created`` from the cache: the
+    ``numRows``/``creationTime`` of the table's one metadata request, updated by the jobs this
+    object runs (a ``WRITE_TRUNCATE`` job's output rows). What is unknown is read with
     ``tables.get``, for a whole table or one partition (``table$YYYYMMDD``: BigQuery's
     ``tables.get`` takes the partition decorator and returns that partition's ``numRows``;
-    ``bq show 'dataset.table$YYYYMMDD'``). No query, 0 bytes billed, and no limit on the
-    number of tables (``INFORMATION_SCHEMA.PARTITIONS`` reads at most 1,000 tables per query
-    and bills at least 10 MB).
+    ``bq show 'dataset.table$YYYYMMDD'``). A partition's count is a separate request per
+    partition, counted in :attr:`BigQueryWarehouse.partition_reads`, not in
+    ``metadata_requests``. No query, 0 bytes billed, and no limit on the number of tables
+    (``INFORMATION_SCHEMA.PARTITIONS`` reads at most 1,000 tables per query and bills at
+    least 10 MB). A table listed as missing when this object listed the dataset is missing
+    for this run unless this object creates it.
 
 Jobs
     Loads (Parquet from ``gs://`` URIs, explicit schema, ``CREATE_NEVER``) and copies (stage
@@ -37,7 +43,9 @@ Job budget (:meth:`~BigQueryWarehouse.jobs_submitted`)
 
 Ledger and audit
     The publish ledger is append-only (one ``INSERT`` per record: INSERT statements never
-    conflict). The audit rows of some hours are replaced by one ``MERGE ... ON FALSE``
+    conflict) and read with ``tabledata.list`` (free), once per warehouse object; the audit
+    rows are read with ``tabledata.list`` of their day partitions (:mod:`.bigquery_sql`). The
+    audit rows of some hours are replaced by one ``MERGE ... ON FALSE``
     statement (atomic); concurrent MERGEs on one table fail with "Could not serialize access
     ...", which :func:`bq_platform.lib.retries.is_retryable_job_error` retries, bounded.
 
@@ -64,9 +72,11 @@ from bq_platform.lib.warehouse.base import (
     Warehouse,
     WarehouseError,
 )
+from bq_platform.lib.warehouse.bigquery_cache import TableCache
 from bq_platform.lib.warehouse.bigquery_jobs import BigQueryJobs, schema_fields
 from bq_platform.lib.warehouse.bigquery_sql import BigQuerySql
 from bq_platform.lib.warehouse.compare import SpecDifference
+from bq_platform.lib.warehouse.ledger import LedgerIndex
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 
 log = logging.getLogger(__name__)
@@ -83,11 +93,6 @@ DATASET_RE = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
 JOB_ID_PREFIX_RE = re.compile(r"^[A-Za-z0-9_\-]{0,100}$")
 #: Locations: ``US``, ``EU``, ``europe-west1``...
 LOCATION_RE = re.compile(r"^[A-Za-z0-9\-]{2,64}$")
-
-#: How far back an incremental ``jobs.list`` re-reads, to cover clock skew and late listing.
-JOB_LIST_OVERLAP = dt.timedelta(minutes=10)
-#: ``jobs.list`` page size (BigQuery returns at most 1,000 jobs per page anyway).
-JOB_LIST_PAGE_SIZE = 1000
 
 
 def _check(value: str, pattern: re.Pattern[str], what: str) -> str:
@@ -151,9 +156,11 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
             returned), so environments sharing a project never share job IDs.
 
     Attributes:
-        metadata_requests: ``tables.get``/``insert``/``patch`` requests of ``ensure_table``
-            per table: 1 per table per run.
-        metadata_reads: ``tables.get`` requests for counts and existence, per table.
+        metadata_requests: whole-table ``tables.get``/``insert``/``patch`` requests per
+            table (ensure, counts, existence): 1 per table per run, plus a patch when needed.
+        partition_reads: ``tables.get`` requests of ``table$YYYYMMDD`` per table (one per
+            partition count the cache does not know).
+        rows_listed: ``tabledata.list`` reads (ledger, audit partitions) per table; free.
         dataset_requests: dataset-level requests (``datasets.get``/``insert``, ``tables.list``).
     """
 
@@ -185,12 +192,16 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
         self.count_all_users = count_all_users
         self.job_id_prefix = _check(job_id_prefix, JOB_ID_PREFIX_RE, "job ID prefix")
         self.metadata_requests: collections.Counter[str] = collections.Counter()
-        self.metadata_reads: collections.Counter[str] = collections.Counter()
+        self.partition_reads: collections.Counter[str] = collections.Counter()
+        self.rows_listed: collections.Counter[str] = collections.Counter()
         self.dataset_requests = 0
         self._dataset_ready = False
         self._existing_tables: set[str] | None = None
         self._job_index: dict[dt.date, dict[str, tuple[str, str, str]]] = {}
         self._listed_until: dict[dt.date, dt.datetime] = {}
+        self._cache = TableCache()
+        self._our_jobs: dict[str, tuple[str, str]] = {}
+        self._ledger_index: LedgerIndex | None = None
 
     # -- names -------------------------------------------------------------------------------
 
@@ -248,9 +259,8 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
             self._existing_tables = {t.table_id for t in tables}
         return self._existing_tables
 
-    def _describe_table(self, table: str) -> TableSpec | None:
-        if table not in self._existing():
-            return None
+    def _get_table(self, table: str) -> bigquery.Table | None:
+        """One whole-table ``tables.get``, remembered; None (and forgotten) if missing."""
         self.metadata_requests[table] += 1
         try:
             found = self.client.get_table(
@@ -258,8 +268,16 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
             )
         except api_exceptions.NotFound:
             self._existing().discard(table)
+            self._cache.forget(table)
             return None
-        return spec_of(found)
+        self._cache.remember(table, found)
+        return found
+
+    def _describe_table(self, table: str) -> TableSpec | None:
+        if table not in self._existing():
+            return None
+        found = self._cache.resource(table) or self._get_table(table)
+        return None if found is None else spec_of(found)
 
     def _new_table(self, spec: TableSpec) -> bigquery.Table:
         table = bigquery.Table(self.table_id(spec.name), schema=schema_fields(spec.columns))
@@ -280,13 +298,15 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
     def _create_table(self, spec: TableSpec) -> None:
         self.metadata_requests[spec.name] += 1
         try:
-            self.client.create_table(
+            created = self.client.create_table(
                 self._new_table(spec), retry=self.retry, timeout=self.request_timeout_s
             )
         except api_exceptions.Conflict as exc:
             self._existing().add(spec.name)
+            self._cache.forget(spec.name)
             raise TableExistsError(f"table {self.table_id(spec.name)} exists (409)") from exc
         self._existing().add(spec.name)
+        self._cache.remember(spec.name, created)
         log.info("created table %s", self.table_id(spec.name))
 
     def _patch_table(self, spec: TableSpec, diff: SpecDifference) -> None:
@@ -297,21 +317,46 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
         for name in diff.patch_fields:
             fields.append({"clustering": "clustering_fields"}.get(name, name))
         self.metadata_requests[spec.name] += 1
-        self.client.update_table(table, fields, retry=self.retry, timeout=self.request_timeout_s)
+        patched = self.client.update_table(
+            table, fields, retry=self.retry, timeout=self.request_timeout_s
+        )
+        self._cache.remember(spec.name, patched)
         log.info("patched table %s: %s", self.table_id(spec.name), ", ".join(fields))
 
     def table_info(self, destination: str) -> TableInfo | None:
-        """``tables.get`` of a table or a ``table$YYYYMMDD`` partition: rows and creation time."""
-        name, _ = rules.split_destination(destination)
-        self.metadata_reads[name] += 1
+        """Rows and creation time of a table or a ``table$YYYYMMDD`` partition.
+
+        From the cache when known (see the module docstring), else one ``tables.get``
+        (remembered). None if the table does not exist; no request for a table the dataset
+        listing did not show.
+        """
+        name, day = rules.split_destination(destination)
+        if name not in self._existing():
+            return None
+        known = self._cache.info(destination)
+        if known is not None:
+            return known
+        if day is None:
+            if self._get_table(name) is None:
+                return None
+            return self._cache.info(destination)
+        self.partition_reads[name] += 1
         try:
             found = self.client.get_table(
                 self.table_id(destination), retry=self.retry, timeout=self.request_timeout_s
             )
         except api_exceptions.NotFound:
+            self._existing().discard(name)
+            self._cache.forget(name)
             return None
         created = found.created or dt.datetime.now(dt.UTC)
-        return TableInfo(table=name, created=created, rows=int(found.num_rows or 0))
+        self._cache.remember_partition(name, day, created, int(found.num_rows or 0))
+        return self._cache.info(destination)
+
+    def forget_table(self, table: str) -> None:
+        """Drop ``table`` from the ensure cache and from what this object knows of it."""
+        super().forget_table(table)
+        self._cache.forget(table)
 
     def close(self) -> None:
         """Close the client's HTTP session."""

@@ -27,6 +27,7 @@ from bq_platform.lib.warehouse.base import (
     LoadJob,
     WarehouseError,
 )
+from bq_platform.lib.warehouse.bigquery_cache import TableCache
 from bq_platform.lib.warehouse.schema import Column
 
 #: How far back an incremental ``jobs.list`` re-reads, to cover clock skew and late listing.
@@ -60,6 +61,10 @@ class BigQueryJobs:
     job_id_prefix: str
     _job_index: dict[dt.date, dict[str, tuple[str, str, str]]]
     _listed_until: dict[dt.date, dt.datetime]
+    _cache: TableCache
+    #: caller's job ID -> (destination, write disposition) of jobs this object inserted and
+    #: has not yet seen DONE.
+    _our_jobs: dict[str, tuple[str, str]]
 
     def _status(self, job: Any) -> JobStatus:
         error = job.error_result or {}
@@ -80,6 +85,23 @@ class BigQueryJobs:
             labels=dict(job.labels or {}),
             ended=job.ended,
         )
+
+    def _job_observed(self, status: JobStatus, destination: str | None) -> None:
+        """Bring the table cache up to date with a job seen DONE (insert or ``jobs.get``).
+
+        A job this object submitted updates what its destination holds
+        (:meth:`TableCache.job_wrote`); another run's job that ended after the destination
+        was read makes its counts unknown.
+        """
+        if not status.done:
+            return
+        ours = self._our_jobs.pop(status.job_id, None)
+        if ours is not None:
+            if status.succeeded:
+                self._cache.job_wrote(ours[0], ours[1], status.output_rows)
+            return
+        if destination is not None and status.succeeded:
+            self._cache.changed(destination.split("$", 1)[0], status.ended)
 
     def _bq_job_id(self, job_id: str) -> str:
         return rules.check_job_id(f"{self.job_id_prefix}{job_id}")
@@ -116,7 +138,10 @@ class BigQueryJobs:
                 "computed the same ID. Give each environment its own job ID prefix "
                 "(BQ_PLATFORM_BQ_JOB_PREFIX) and re-run."
             )
-        return self._status(job)
+        status = self._status(job)
+        table_id = getattr(destination, "table_id", None)
+        self._job_observed(status, table_id if isinstance(table_id, str) else None)
+        return status
 
     def _insert_job(self, job: Job) -> JobStatus:
         """Insert a validated load or copy job (``jobs.insert``).
@@ -145,7 +170,10 @@ class BigQueryJobs:
         table, _ = rules.split_destination(job.destination)
         day = (submitted.created or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
         self._job_index.setdefault(day, {})[submitted.job_id] = (self.project, self.dataset, table)
-        return self._status(submitted)
+        self._our_jobs[job.job_id] = (job.destination, job.write_disposition)
+        status = self._status(submitted)
+        self._job_observed(status, job.destination)
+        return status
 
     def _insert_load(self, job: LoadJob, destination: str) -> bigquery.LoadJob:
         for uri in job.source_uris:

@@ -1,21 +1,52 @@
-"""The SQL half of the BigQuery backend: the publish ledger's rows and the audit table.
+"""The row half of the BigQuery backend: the publish ledger's rows and the audit table.
 
 :class:`BigQuerySql` is mixed into :class:`~bq_platform.lib.warehouse.bigquery.
-BigQueryWarehouse`. Every value is a query parameter; identifiers are validated before they
-are put in backquotes. The ledger is append-only (``INSERT`` statements never conflict,
+BigQueryWarehouse`.
+
+Writes are SQL. Every value is a query parameter; identifiers are validated before they are
+put in backquotes. The ledger is append-only (``INSERT`` statements never conflict,
 cloud.google.com/bigquery/docs/data-manipulation-language#concurrent_jobs); the audit rows of
 some hours are replaced by one ``MERGE ... ON FALSE`` (atomic), and a concurrent-update
 conflict on it ("Could not serialize access ...") is retried by the query job retry, bounded.
+
+Reads are never queries (issue 9: checks bill 0 bytes; a query bills at least 10 MB per table
+it reads, cloud.google.com/bigquery/pricing, on-demand compute pricing). They list the rows
+with ``tabledata.list`` (``client.list_rows``), which processes no bytes and is not billed:
+cloud.google.com/bigquery/pricing, "Free operations" (metadata operations, "calls to list,
+get, patch, update and delete", are free). It pages by rows or about 10 MB a page
+(cloud.google.com/bigquery/docs/paging-results) and accepts a partition decorator
+(``table$YYYYMMDD`` lists one day partition, cloud.google.com/bigquery/docs/reference/rest/v2/
+tabledata/list). Rows written by DML are in managed storage and listed at once (no streaming
+buffer).
+
+- The ledger is read whole, once per warehouse object (one per Dagster run), into a
+  :class:`~bq_platform.lib.warehouse.ledger.LedgerIndex` (latest row per destination
+  partition, as :func:`~bq_platform.lib.warehouse.ledger.latest` picks it); the rows this
+  object appends are added to it. Consequence: a record another process writes during this
+  run is seen by the next run, not this one. That is safe because two runs never publish the
+  same partition at once (the warehouse pool and the run lock serialize them), and a job of
+  another run that this run finds or adopts is judged by ``jobs.get`` and table metadata, the
+  record only settles which content a partition holds. The ledger grows by one row per job
+  (about 50 a day); ``tabledata.list`` pages it (:data:`LIST_PAGE_SIZE` rows a request).
+- The audit rows of ``[start, end)`` are the rows of the day partitions
+  ``pageviews_audit$YYYYMMDD`` of those UTC days, filtered by hour in Python.
 """
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
 from bq_platform.lib.warehouse import ledger, rules, schema
-from bq_platform.lib.warehouse.schema import AUDIT_TABLE, audit_spec
+from bq_platform.lib.warehouse.bigquery_cache import TableCache
+from bq_platform.lib.warehouse.bigquery_jobs import schema_fields
+from bq_platform.lib.warehouse.schema import AUDIT_TABLE, Column, audit_spec
+
+#: Rows per ``tabledata.list`` page (BigQuery also cuts a page at about 10 MB;
+#: cloud.google.com/bigquery/docs/paging-results).
+LIST_PAGE_SIZE = 10_000
 
 
 class BigQuerySql:
@@ -28,6 +59,9 @@ class BigQuerySql:
     retry: Any
     job_retry: Any
     request_timeout_s: float
+    rows_listed: Any
+    _cache: TableCache
+    _ledger_index: ledger.LedgerIndex | None
 
     def _sql_table(self, table: str) -> str:
         """Backquoted table reference for SQL; ``table`` is validated, never user data."""
@@ -50,22 +84,37 @@ class BigQuerySql:
         result = job.result(retry=self.retry, timeout=self.request_timeout_s * 10)
         return [] if dml else list(result)
 
+    def _list_rows(self, destination: str, columns: Sequence[Column]) -> list[dict[str, Any]]:
+        """The rows of a table or ``table$YYYYMMDD`` (``tabledata.list``, free), as dicts of
+        ``columns`` (asked by name, so a table with more columns reads the same); ``[]`` if
+        the table is gone."""
+        name, _ = rules.split_destination(destination)
+        self.rows_listed[name] += 1
+        try:
+            rows = self.client.list_rows(
+                self.table_id(destination),  # type: ignore[attr-defined]
+                selected_fields=schema_fields(columns),  # given: no tables.get for the schema
+                page_size=LIST_PAGE_SIZE,
+                retry=self.retry,
+                timeout=self.request_timeout_s,
+            )
+            return [dict(row.items()) for row in rows]
+        except api_exceptions.NotFound:
+            return []
+
     # -- publish ledger ----------------------------------------------------------------------
 
+    def _ledger(self) -> ledger.LedgerIndex:
+        """The ledger's latest rows, read once per warehouse object (see the module docstring)."""
+        if self._ledger_index is None:
+            name = ledger.PUBLISH_LEDGER_TABLE
+            exists = name in self._existing()  # type: ignore[attr-defined]
+            rows = self._list_rows(name, ledger.LEDGER_COLUMNS) if exists else []
+            self._ledger_index = ledger.LedgerIndex(rows)
+        return self._ledger_index
+
     def _ledger_rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
-        sql = (
-            f"SELECT * FROM {self._sql_table(ledger.PUBLISH_LEDGER_TABLE)} "
-            "WHERE destination = @destination AND partition_key = @partition_key "
-            "ORDER BY published_at DESC, job_id DESC LIMIT 1"
-        )
-        rows = self._query(
-            sql,
-            [
-                bigquery.ScalarQueryParameter("destination", "STRING", destination),
-                bigquery.ScalarQueryParameter("partition_key", "STRING", partition),
-            ],
-        )
-        return [dict(row.items()) for row in rows]
+        return self._ledger().rows(destination, partition)
 
     def _append_ledger_row(self, row: Mapping[str, Any]) -> None:
         names = [c.name for c in ledger.LEDGER_COLUMNS]
@@ -78,6 +127,9 @@ class BigQuerySql:
             for c in ledger.LEDGER_COLUMNS
         ]
         self._query(sql, params, dml=True)
+        self._cache.appended(ledger.PUBLISH_LEDGER_TABLE, 1)
+        if self._ledger_index is not None:
+            self._ledger_index.add(row)
 
     # -- audit -------------------------------------------------------------------------------
 
@@ -147,30 +199,23 @@ class BigQuerySql:
                 "WHERE event_date IN UNNEST(@event_dates) AND hour IN UNNEST(@hours)"
             )
         self._query(sql, params, dml=True)
+        self._cache.changed(AUDIT_TABLE)
 
     def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
         """``pageviews_audit`` rows with ``start <= hour < end``, ordered by hour and site.
 
-        The query filters ``event_date`` too, so BigQuery prunes partitions.
+        One ``tabledata.list`` per UTC day of the range (``pageviews_audit$YYYYMMDD``; the
+        table is partitioned by ``event_date``, the hour's day), hours filtered here: no query,
+        0 bytes billed.
         """
         spec = audit_spec()
-        if AUDIT_TABLE not in self._existing():
-            return []
         start_utc, end_utc = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
-        sql = (
-            "SELECT "
-            + ", ".join(c.name for c in spec.columns)
-            + f" FROM {self._sql_table(AUDIT_TABLE)} "
-            "WHERE event_date BETWEEN @start_date AND @end_date "
-            "AND hour >= @start AND hour < @end ORDER BY hour, site"
-        )
-        rows = self._query(
-            sql,
-            [
-                bigquery.ScalarQueryParameter("start_date", "DATE", start_utc.date()),
-                bigquery.ScalarQueryParameter("end_date", "DATE", end_utc.date()),
-                bigquery.ScalarQueryParameter("start", "TIMESTAMP", start_utc),
-                bigquery.ScalarQueryParameter("end", "TIMESTAMP", end_utc),
-            ],
-        )
-        return [dict(row.items()) for row in rows]
+        if end_utc <= start_utc or AUDIT_TABLE not in self._existing():  # type: ignore[attr-defined]
+            return []
+        rows: list[dict[str, Any]] = []
+        day, last = start_utc.date(), (end_utc - dt.timedelta(microseconds=1)).date()
+        while day <= last:
+            rows += self._list_rows(f"{AUDIT_TABLE}${day:%Y%m%d}", spec.columns)
+            day += dt.timedelta(days=1)
+        rows = [r for r in rows if start_utc <= r["hour"] < end_utc]
+        return sorted(rows, key=lambda r: (r["hour"], r["site"]))

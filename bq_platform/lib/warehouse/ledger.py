@@ -81,15 +81,20 @@ def to_row(record: PublishRecord) -> dict[str, Any]:
     }
 
 
+def _order(row: Mapping[str, Any]) -> tuple[dt.datetime, str]:
+    """The key "latest wins" orders ledger rows by: (UTC ``published_at``, job ID)."""
+    stamp = row["published_at"]
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.astimezone(dt.UTC), row["job_id"]
+
+
 def latest(rows: Iterable[Mapping[str, Any]]) -> PublishRecord | None:
     """The current :class:`PublishRecord` of some ledger rows (latest ``published_at``; ties
     broken by job ID, so every reader picks the same row), or None."""
     best = None
     for row in rows:
-        stamp = row["published_at"]
-        if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=dt.UTC)
-        key = (stamp.astimezone(dt.UTC), row["job_id"])
+        key = _order(row)
         if best is None or key > best[0]:
             best = (key, row)
     if best is None:
@@ -103,3 +108,32 @@ def latest(rows: Iterable[Mapping[str, Any]]) -> PublishRecord | None:
         rows=int(row["row_count"]),
         published_at=stamp,
     )
+
+
+class LedgerIndex:
+    """The latest ledger row of each ``(destination, partition_key)``, in memory.
+
+    A backend that reads the ledger once per warehouse object (BigQuery:
+    ``tabledata.list``, free) answers every lookup of the run from it; rows the object appends
+    are added, so its own records are seen at once. The order is :func:`latest`'s.
+    """
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._latest: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in rows:
+            self.add(row)
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Take ``row`` into account (kept if it is the latest of its partition)."""
+        key = (row["destination"], row["partition_key"])
+        current = self._latest.get(key)
+        if current is None or _order(row) > _order(current):
+            self._latest[key] = dict(row)
+
+    def rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
+        """The latest row of one destination partition as a one-element list, or ``[]``."""
+        row = self._latest.get((destination, partition))
+        return [] if row is None else [dict(row)]

@@ -15,7 +15,7 @@ separate rendering.
   exists and is empty, no table and no job is found.
 - Any other request (a query job, ``datasets.insert``...) is refused with an error: a plan
   must not bill or change anything. The adapter never needs one while planning: it reads the
-  ledger only when the ledger table exists.
+  ledger and the audit rows with ``tabledata.list`` (a ``GET``, free), never a query.
 
 REST paths: cloud.google.com/bigquery/docs/reference/rest (``/bigquery/v2/projects/{p}/...``).
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bq_platform.lib.jobids import sha256_json
-from bq_platform.lib.jobs import run_idempotent_job
+from bq_platform.lib.jobs import run_idempotent_job, stale_reason
 from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import (
     CopyJob,
@@ -234,6 +234,33 @@ def test_dropped_stage_table_is_loaded_again_not_skipped(backend: Backend) -> No
     assert (again.action, again.generation) == ("submitted", 1)
     assert rerun.table_rows(table) == 3
     assert load_hour(backend, backend.warehouse(), hour, 3).action == "skipped"
+
+
+def test_table_recreated_between_runs_is_stale_for_a_fresh_object(backend: Backend) -> None:
+    """Issue 9: what a warehouse object knows of a table lasts one run. A stage table that
+    expired and was created again (empty) by another run after our load is detected by the
+    next run's object: the DONE job no longer describes it, so the next generation runs."""
+    hour = HOURS[8]
+    table = stage_spec("full", hour).name
+    run1 = backend.warehouse()
+    first = load_hour(backend, run1, hour, 3)
+    assert (first.action, run1.table_rows(table)) == ("submitted", 3)
+    backend.drop_table(table)  # expired (7 days)
+    backend.warehouse().ensure_table(stage_spec("full", hour))  # another run: created empty
+    run2 = backend.warehouse()
+    fingerprint = sha256_json([hour.isoformat(), "a", 3])
+    uri = backend.uri(f"staging/{hour:%Y%m%d%H}-a/part-0.parquet")
+    make = load_factory(hour, [uri], fingerprint)
+    run2.ensure_table(stage_spec("full", hour))
+    assert run2.table_rows(table) == 0
+    status = run2.get_job(make(0).job_id)
+    assert status is not None and status.succeeded
+    reason = stale_reason(run2, make(0), status, fingerprint, f"{hour:%Y%m%d%H}")
+    assert reason is not None and (f"{table} was created again" in reason or "holds 0" in reason)
+    again = load_hour(backend, run2, hour, 3)
+    assert (again.action, again.generation, again.rows) == ("submitted", 1, 3)
+    assert run2.table_rows(table) == 3
+    assert backend.warehouse().table_rows(table) == 3
 
 
 # -- the daily publish -----------------------------------------------------------------------
