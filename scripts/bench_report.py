@@ -281,7 +281,8 @@ def http_markdown(http: dict | None) -> list[str]:
     out += [
         "",
         "| run | table | tables | `tables.get` | `tables.get` of a partition | `tables.insert` "
-        "| `tables.patch` | metadata per table (max) | load | copy | query | `jobs.get` |",
+        "| `tables.patch` | metadata incl. partition gets (max per table) "
+        "| load | copy | query | `jobs.get` |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in http["runs"]:

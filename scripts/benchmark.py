@@ -138,28 +138,39 @@ def run_step(name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> d
 def dagster_days(dagster_home: Path, steps: dict[str, float]) -> list[dict]:
     """Per UTC day: seconds of the hourly and daily runs and of the build step.
 
-    ``steps`` receives the seconds of every step key, summed over the runs.
+    ``bq-platform run`` builds consecutive days in one hourly run (``runner.batches``): such a
+    run's seconds, and its build step's, are shared evenly among the days of its partition
+    range, so ``overhead_s`` (runs minus build) is per day whatever the batching. ``runs``
+    counts the runs that touched the day. ``steps`` receives the seconds of every step key,
+    summed over the runs.
     """
+    import datetime as dt
+
     import dagster as dg
 
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     days: dict[str, dict] = {}
     for run in instance.get_runs():
         tags = run.tags
-        day = (tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition"))[
-            :10
-        ]
+        first = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
+        last = tags.get("dagster/asset_partition_range_end") or first
+        start, end = dt.date.fromisoformat(first[:10]), dt.date.fromisoformat(last[:10])
+        covered = [str(start + dt.timedelta(days=i)) for i in range((end - start).days + 1)]
         stats = instance.get_run_stats(run.run_id)
-        entry = days.setdefault(day, {"day": day, "runs": 0, "run_s": 0.0, "build_s": 0.0})
-        entry["runs"] += 1
-        entry["run_s"] += (stats.end_time or 0) - (stats.start_time or 0)
+        run_s = (stats.end_time or 0) - (stats.start_time or 0)
+        build_s = 0.0
         for step in instance.get_run_step_stats(run.run_id):
             if not (step.end_time and step.start_time):
                 continue
             seconds = step.end_time - step.start_time
             steps[step.step_key] = steps.get(step.step_key, 0.0) + seconds
             if BUILD_STEP in step.step_key:
-                entry["build_s"] += seconds
+                build_s += seconds
+        for day in covered:
+            entry = days.setdefault(day, {"day": day, "runs": 0, "run_s": 0.0, "build_s": 0.0})
+            entry["runs"] += 1
+            entry["run_s"] += run_s / len(covered)
+            entry["build_s"] += build_s / len(covered)
     for entry in days.values():
         entry["overhead_s"] = entry["run_s"] - entry["build_s"]
     return [days[d] for d in sorted(days)]
