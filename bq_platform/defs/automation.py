@@ -139,7 +139,7 @@ def pageviews_automation_sensor(
     settings: PipelineSettings,
 ) -> dg.SensorResult | dg.SkipReason:
     store = object_store.get_store()
-    wh = warehouse.get_warehouse()
+    wh = warehouse.new_warehouse()  # a tick reads the state afresh (no cache of a prior tick)
     try:
         plan = plan_automation(
             scan_landing(store),

@@ -79,6 +79,11 @@ class WarehouseResource(dg.ConfigurableResource, abc.ABC):
             self._warehouse = self._build()
         return self._warehouse
 
+    def new_warehouse(self) -> Warehouse:
+        """A new adapter, not shared: for a sensor tick, whose answer must not come from an
+        earlier tick's caches (table metadata, the publish ledger). The caller closes it."""
+        return self._build()
+
     @abc.abstractmethod
     def _build(self) -> Warehouse: ...
 
