@@ -15,7 +15,6 @@ the instance and the UI). ``verbose`` turns the console log back on, with traceb
 
 import dataclasses
 import datetime as dt
-import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -24,11 +23,11 @@ import dagster as dg
 
 from bq_platform.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.lib.accounting import row_balanced
-from bq_platform.lib.hours import day_hours, hour_partition_key, parse_hour_label
+from bq_platform.lib.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.planning import plan_day
+from bq_platform.lib.planning import contiguous, plan_day
 from bq_platform.lib.reporting import COUNT_FIELDS
 from bq_platform.lib.retention import clean_attempts
 from bq_platform.lib.warehouse.base import Warehouse
@@ -175,7 +174,7 @@ class PipelineRunner:
 
     def _build(self, label: str, hours: Sequence[dt.datetime]) -> Any:
         """The hourly job over ``hours`` (consecutive), in process; its result."""
-        first, last = hour_partition_key(hours[0]), hour_partition_key(hours[-1])
+        first, last = hour_label(hours[0]), hour_label(hours[-1])
         self.echo(f"{label}: building hours {first} .. {last}")
         hourly = self.definitions.resolve_job_def(HOURLY_JOB).execute_in_process(
             instance=self.instance or dg.DagsterInstance.get(),
@@ -341,13 +340,6 @@ def _progress(metadata: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def partition_day(key: str | None) -> dt.date | None:
-    """UTC day of an hourly (``YYYY-MM-DDTHH``) or daily (``YYYY-MM-DD``) partition key."""
-    if not key:
-        return None
-    return parse_hour_label(key).date() if "T" in key else dt.date.fromisoformat(key)
-
-
 def batches(
     hours_of: Mapping[dt.date, Sequence[dt.datetime]], max_days: int = MAX_BATCH_DAYS
 ) -> list[dict[dt.date, list[dt.datetime]]]:
@@ -360,13 +352,9 @@ def batches(
         if not hours:
             continue
         joined = last is not None and hours[0] - last == dt.timedelta(hours=1)
-        if out and joined and len(out[-1]) < max_days and _consecutive(hours):
+        if out and joined and len(out[-1]) < max_days and len(contiguous(hours)) == 1:
             out[-1][day] = hours
         else:
             out.append({day: hours})
         last = hours[-1]
     return out
-
-
-def _consecutive(hours: Sequence[dt.datetime]) -> bool:
-    return all(b - a == dt.timedelta(hours=1) for a, b in itertools.pairwise(hours))

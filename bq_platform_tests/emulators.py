@@ -228,6 +228,34 @@ class BigQueryEmulator:
             _http=session,
         )
 
+    def warehouse(
+        self, dataset: str, session: requests.Session | None = None, job_id_prefix: str = ""
+    ) -> Any:
+        """The production ``BigQueryWarehouse`` on this emulator, as every emulator test and
+        ``scripts/bench_http.py`` configure it: API and job retries capped at 5 s (an emulator
+        gap must fail fast, never wait BigQuery's 10 minutes) and 10-50 ms job polling.
+
+        Args:
+            dataset: the dataset of the warehouse object.
+            session: HTTP session of the client (a recording session or the shim's).
+            job_id_prefix: prefix of every job ID (job IDs are project-wide; tests that share
+                the emulator's project give each dataset its own).
+        """
+        from bq_platform.lib.retries import api_retry, query_job_retry
+        from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+
+        return BigQueryWarehouse(
+            self.client(session),
+            self.project,
+            dataset,
+            "US",
+            retry=api_retry(timeout_s=5.0),
+            job_retry=query_job_retry(timeout_s=5.0),
+            poll_initial_s=0.01,
+            poll_max_s=0.05,
+            job_id_prefix=job_id_prefix,
+        )
+
 
 @contextlib.contextmanager
 def running_gcs_emulator(root: Path) -> Iterator[GCSEmulator]:

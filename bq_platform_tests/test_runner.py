@@ -2,10 +2,8 @@
 
 import datetime as dt
 
-import pytest
-
 from bq_platform.lib.hours import day_hours
-from bq_platform.runner import batches, partition_day
+from bq_platform.runner import batches
 
 D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))
 
@@ -25,11 +23,3 @@ def test_partial_days_join_only_when_their_hours_touch():
     late_morning = day_hours(D2)[2:6]
     assert [sorted(b) for b in batches({D1: evening, D2: late_morning})] == [[D1], [D2]]
     assert batches({}) == []
-
-
-@pytest.mark.parametrize(
-    ("key", "day"),
-    [("1995-08-01T23", D1), ("1995-08-02", D2), (None, None), ("", None)],
-)
-def test_partition_day_of_hourly_and_daily_keys(key, day):
-    assert partition_day(key) == day

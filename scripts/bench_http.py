@@ -235,8 +235,6 @@ def measure(work: Path | None = None, logs: Path = DEFAULT_LOGS, every: int = 1)
     Raises:
         RuntimeError: if an emulator does not start or the day does not come out right.
     """
-    from bq_platform.lib.retries import api_retry, query_job_retry
-    from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
     from bq_platform_tests.bigquery_shim import BigQueryShim
     from bq_platform_tests.emulators import unique_name
 
@@ -256,16 +254,7 @@ def measure(work: Path | None = None, logs: Path = DEFAULT_LOGS, every: int = 1)
         for name, run_id in (("first run", "r1"), ("re-run", "r2")):
             session = MeteredSession()
             session.responders.append(shim)
-            warehouse = BigQueryWarehouse(  # the settings of test_emulator_day.py
-                bq_emulator.client(session),
-                bq_emulator.project,
-                dataset,
-                "US",
-                retry=api_retry(timeout_s=5.0),
-                job_retry=query_job_retry(timeout_s=5.0),
-                poll_initial_s=0.01,
-                poll_max_s=0.05,
-            )
+            warehouse = bq_emulator.warehouse(dataset, session)  # as test_emulator_day.py
             started = time.monotonic()
             actions = _run_day(warehouse, session, day, run_id)
             seconds = time.monotonic() - started

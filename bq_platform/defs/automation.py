@@ -30,7 +30,7 @@ import dagster as dg
 
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
-from bq_platform.lib.hours import hour_label, parse_hour_label
+from bq_platform.lib.hours import hour_label, partition_day
 from bq_platform.lib.landing_index import scan_landing
 from bq_platform.lib.planning import AutomationPlan, plan_automation
 
@@ -78,9 +78,7 @@ def run_days(tags: dg.DagsterRun | dict[str, str]) -> list[dt.date]:
     end = tags.get("dagster/asset_partition_range_end") or start
     if not start or not end:
         return []
-    first, last = (
-        parse_hour_label(k).date() if "T" in k else dt.date.fromisoformat(k) for k in (start, end)
-    )
+    first, last = partition_day(start), partition_day(end)
     return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
 
 

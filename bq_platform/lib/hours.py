@@ -107,15 +107,13 @@ def hour_id(hour: dt.datetime) -> str:
     return hour.strftime(HOUR_ID_FMT)
 
 
-def day_of_hour_label(label: str) -> dt.date:
-    """The UTC day of an hour label (``'1995-08-01T04'`` -> 1995-08-01).
+def partition_day(key: str | None) -> dt.date | None:
+    """UTC day of an hourly (``YYYY-MM-DDTHH``, the hour label) or daily (``YYYY-MM-DD``)
+    partition key; None for no key.
 
     Raises:
-        ValueError: if ``label`` is not an hour label.
+        ValueError: if ``key`` is neither.
     """
-    return parse_hour_label(label).date()
-
-
-# Names used before issue 8; the partition key *is* the hour label now.
-hour_partition_key = hour_label
-parse_hour_partition_key = parse_hour_label
+    if not key:
+        return None
+    return parse_hour_label(key).date() if "T" in key else dt.date.fromisoformat(key)

@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
-from bq_platform.lib.hours import hour_partition_key
+from bq_platform.lib.hours import hour_label
 from bq_platform.lib.jobids import input_fingerprint
 from bq_platform.lib.layout import (
     LANDING_PREFIX,
@@ -45,7 +45,7 @@ class LandedHour:
 
     @property
     def partition_key(self) -> str:
-        return hour_partition_key(self.hour)
+        return hour_label(self.hour)
 
     @property
     def files(self) -> int:

@@ -50,7 +50,6 @@ from bq_platform.lib.publish import (
     read_hour_manifest,
 )
 from bq_platform.lib.publish_deadletters import load_day_deadletters
-from bq_platform.lib.retries import api_retry, query_job_retry
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, stage_spec
 from bq_platform_tests import emulators
@@ -124,17 +123,7 @@ def test_whole_day_on_the_emulators(
 
     def run() -> tuple[BigQueryWarehouse, emulators.RecordingSession]:
         session = shim.session()
-        warehouse = BigQueryWarehouse(
-            bq_emulator.client(session),
-            bq_emulator.project,
-            dataset,
-            "US",
-            retry=api_retry(timeout_s=5.0),
-            job_retry=query_job_retry(timeout_s=5.0),
-            poll_initial_s=0.01,
-            poll_max_s=0.05,
-        )
-        return warehouse, session
+        return bq_emulator.warehouse(dataset, session), session
 
     # 1. The hourly steps: audit rows, then the loads of 24 hours x 2 kinds.
     warehouse, session = run()

@@ -50,7 +50,6 @@ from bq_platform.lib.publish import (
     load_stage_hour,
     read_hour_manifest,
 )
-from bq_platform.lib.retries import api_retry, query_job_retry
 from bq_platform.lib.transform import PAGEVIEW_COLUMN_NAMES
 from bq_platform.lib.warehouse.base import JobFailedError
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
@@ -198,17 +197,7 @@ def make_warehouse(bq_emulator: BigQueryEmulator, bq_dataset: str) -> Iterator[A
 
     def make(session: RecordingSession) -> BigQueryWarehouse:
         sessions.append(session)
-        return BigQueryWarehouse(
-            bq_emulator.client(session),
-            bq_emulator.project,
-            bq_dataset,
-            "US",
-            retry=api_retry(timeout_s=5.0),
-            job_retry=query_job_retry(timeout_s=5.0),
-            poll_initial_s=0.01,
-            poll_max_s=0.05,
-            job_id_prefix=f"{bq_dataset}_",
-        )
+        return bq_emulator.warehouse(bq_dataset, session, job_id_prefix=f"{bq_dataset}_")
 
     yield make
     for session in sessions:  # the client's own close() expects its default transport

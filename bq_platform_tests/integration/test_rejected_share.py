@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from bq_platform.defs.pageviews.assets import REJECTED_SHARE_CHECK, pageview_files
-from bq_platform.lib.hours import day_hours, hour_partition_key
+from bq_platform.lib.hours import day_hours, hour_label
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.publish import REJECTED_SHARE_PROBLEM, day_completeness
 from bq_platform.runner import PipelineRunner
@@ -49,7 +49,7 @@ def check_of_hour(env) -> dg.AssetCheckEvaluation:
     """The latest ``rejected_share`` evaluation of HOUR recorded in the instance."""
     key = dg.AssetCheckKey(pageview_files.key, REJECTED_SHARE_CHECK)
     records = env.instance.event_log_storage.get_asset_check_execution_history(key, limit=100)
-    latest = next(r for r in records if r.partition == hour_partition_key(HOUR))
+    latest = next(r for r in records if r.partition == hour_label(HOUR))
     return latest.event.dagster_event.event_specific_data
 
 

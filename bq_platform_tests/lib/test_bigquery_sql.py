@@ -12,7 +12,6 @@ from collections.abc import Callable
 import pytest
 
 from bq_platform.lib.accounting import SiteHourCounts, audit_records
-from bq_platform.lib.retries import api_retry, query_job_retry
 from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import PublishRecord
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
@@ -33,14 +32,7 @@ def make_warehouse(
     """A new adapter object (= a new run) on the test's dataset, over ``session``."""
 
     def make(session: RecordingSession) -> BigQueryWarehouse:
-        return BigQueryWarehouse(
-            bq_emulator.client(session),
-            bq_emulator.project,
-            bq_dataset,
-            "US",
-            retry=api_retry(timeout_s=5.0),
-            job_retry=query_job_retry(timeout_s=5.0),
-        )
+        return bq_emulator.warehouse(bq_dataset, session)
 
     return make
 

@@ -30,7 +30,6 @@ from bq_platform.lib.jobids import job_id, job_labels, sha256_json
 from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.quota import JobBudget, QuotaBudgetExceededError
-from bq_platform.lib.retries import api_retry, query_job_retry
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, WarehouseError
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse, bigquery_client
 from bq_platform.lib.warehouse.rules import RuleViolation
@@ -72,16 +71,8 @@ def make_warehouse(
     def make(
         session: RecordingSession | None = None, dataset: str = bq_dataset, prefix: bool = True
     ) -> BigQueryWarehouse:
-        return BigQueryWarehouse(
-            bq_emulator.client(session),
-            bq_emulator.project,
-            dataset,
-            "US",
-            retry=api_retry(timeout_s=5.0),  # GAP-LABEL-NONE & co: never wait 10 minutes
-            job_retry=query_job_retry(timeout_s=5.0),
-            poll_initial_s=0.01,
-            poll_max_s=0.05,
-            job_id_prefix=f"{dataset}_" if prefix else "",
+        return bq_emulator.warehouse(
+            dataset, session, job_id_prefix=f"{dataset}_" if prefix else ""
         )
 
     return make

@@ -8,11 +8,10 @@ from bq_platform.lib.hours import (
     day_hours,
     hour_id,
     hour_label,
-    hour_partition_key,
     hours_between,
     parse_hour,
     parse_hour_label,
-    parse_hour_partition_key,
+    partition_day,
 )
 from bq_platform.lib.sampling_check import sample_ratio
 
@@ -36,8 +35,7 @@ def test_hours_between_is_half_open_and_utc():
 def test_day_hours_and_partition_keys_round_trip():
     hours = day_hours(dt.date(1995, 8, 1))
     assert len(hours) == 24 and hours[0].hour == 0 and hours[-1].hour == 23
-    assert hour_partition_key(hours[4]) == hour_label(hours[4]) == "1995-08-01T04"
-    assert parse_hour_partition_key("1995-08-01T04") == parse_hour_label("1995-08-01T04")
+    assert hour_label(hours[4]) == "1995-08-01T04"
     assert parse_hour_label("1995-08-01T04") == hours[4]
     assert hour_id(hours[4]) == "1995080104"
 
@@ -73,3 +71,21 @@ def test_sample_ratio_skips_small_inputs_with_a_note():
 def test_sample_ratio_rejects_impossible_counts():
     with pytest.raises(ValueError):
         sample_ratio(10, 11)
+
+
+@pytest.mark.parametrize(
+    ("key", "day"),
+    [
+        ("1995-08-01T23", dt.date(1995, 8, 1)),
+        ("1995-08-02", dt.date(1995, 8, 2)),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_partition_day_of_hourly_and_daily_keys(key, day):
+    assert partition_day(key) == day
+
+
+def test_partition_day_refuses_other_keys():
+    with pytest.raises(ValueError):
+        partition_day("1995-08-01-04:00")

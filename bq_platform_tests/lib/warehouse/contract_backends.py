@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 
 from bq_platform.lib.jobids import job_id, job_labels, sha256_json
 from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
-from bq_platform.lib.retries import api_retry, query_job_retry
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, Warehouse
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
 from bq_platform.lib.warehouse.duckdb import JOBS_TABLE, TABLES_TABLE, DuckDBWarehouse
@@ -166,17 +165,8 @@ class BigQueryBackend(Backend):
     def warehouse(self) -> BigQueryWarehouse:
         session = self.shim.session()
         self.sessions.append(session)
-        return BigQueryWarehouse(
-            self.bq.client(session),
-            self.bq.project,
-            self.dataset,
-            "US",
-            retry=api_retry(timeout_s=5.0),  # GAP-LABEL-NONE & co: never wait 10 minutes
-            job_retry=query_job_retry(timeout_s=5.0),
-            poll_initial_s=0.01,
-            poll_max_s=0.05,
-            job_id_prefix=f"{self.dataset}_",  # job IDs are project-wide; tests share one
-        )
+        # job IDs are project-wide and the tests share one project: a prefix per dataset
+        return self.bq.warehouse(self.dataset, session, job_id_prefix=f"{self.dataset}_")
 
     def session_of(self, warehouse: Warehouse) -> RecordingSession:
         """The recording session ``warehouse`` sends through."""
