@@ -70,20 +70,43 @@ def comparison(expected: int | float, actual: int | float, **subject: Any) -> di
     return {"expected": expected, "actual": actual, "difference": difference, **subject}
 
 
-def _target(
-    context: dg.AssetExecutionContext, asset_key: dg.AssetKey, partition: str
-) -> AssetCheckEvaluationTargetMaterializationData | None:
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
-    ).records
-    if not records:
-        return None
-    record = records[0]
+def _target_data(record: Any) -> AssetCheckEvaluationTargetMaterializationData:
     return AssetCheckEvaluationTargetMaterializationData(
         run_id=record.event_log_entry.run_id,
         storage_id=record.storage_id,
         timestamp=record.timestamp,
     )
+
+
+def _targets(
+    context: dg.AssetExecutionContext, asset_key: dg.AssetKey, partitions: Iterable[str]
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """The latest materialization of each of ``partitions`` (missing: never materialized).
+
+    One event-log query for all of them, newest first, limited to their number: after the asset
+    materialized them all in this step, those are exactly this step's records (a query per
+    partition cost ~3 ms each, 288 per 72-hour run, issue 9). A partition the newest records
+    miss (it was not materialized in this step) is looked up on its own.
+    """
+    wanted = sorted(set(partitions))
+    found: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    if not wanted:
+        return found
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=wanted), limit=len(wanted)
+    ).records
+    for record in records:
+        partition = record.partition_key
+        if partition is not None and partition not in found:
+            found[partition] = _target_data(record)
+    for partition in wanted:
+        if partition not in found:
+            older = context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
+            ).records
+            if older:
+                found[partition] = _target_data(older[0])
+    return found
 
 
 def check_events(
@@ -102,20 +125,29 @@ def check_events(
     selected = set(context.selected_asset_check_keys) & known
     for key in sorted(selected, key=lambda k: (k.asset_key.to_user_string(), k.name)):
         yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(key))
+    reported = []
     for check in checks:
         asset_key = check.asset_key or context.asset_key
         key = dg.AssetCheckKey(asset_key, check.check_name)
         if key not in known:
             raise ValueError(f"{asset_key.to_user_string()} has no check {check.check_name!r}")
-        if key not in selected:
-            continue
+        if key in selected:
+            reported.append((key, check))
+    targets = {
+        asset_key: _targets(
+            context, asset_key, (c.partition for k, c in reported if k.asset_key == asset_key)
+        )
+        for asset_key in {k.asset_key for k, _ in reported}
+    }
+    for key, check in reported:
+        asset_key = key.asset_key
         spec = assets_def.get_spec_for_check_key(key)
         yield dg.AssetCheckEvaluation(
             asset_key=asset_key,
             check_name=check.check_name,
             passed=check.passed,
             metadata=dict(check.metadata),
-            target_materialization_data=_target(context, asset_key, check.partition),
+            target_materialization_data=targets[asset_key].get(check.partition),
             severity=check.severity,
             description=check.description,
             blocking=spec.blocking,

@@ -24,6 +24,7 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import PrivateAttr
 
+from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quality import DEFAULT_MAX_REJECTED_SHARE
 from bq_platform.lib.quota import JobBudget
@@ -157,12 +158,17 @@ class PipelineSettings(dg.ConfigurableResource):
             ``https://storage.cloud.google.com/<bucket>/reports``, which asks the browser's user
             to sign in and needs ``storage.objects.get`` (cloud.google.com/storage/docs/
             request-endpoints, "authenticated browser downloads").
+        lines_per_pass: the most source lines one Spark pass of the hourly build reads
+            (``BQ_PLATFORM_LINES_PER_PASS``; default
+            :data:`~bq_platform.lib.build.DEFAULT_LINES_PER_PASS`, sized for a 2g local
+            driver). Raise it with the executors' memory on a cluster.
     """
 
     visitor_key: str
     job_budget_per_table_per_day: int = JobBudget().per_table_per_day
     max_rejected_share: float = DEFAULT_MAX_REJECTED_SHARE
     reports_url: str = ""
+    lines_per_pass: int = DEFAULT_LINES_PER_PASS
 
     def budget(self) -> JobBudget:
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
@@ -174,9 +180,24 @@ def local_home() -> Path:
 
 
 def _budget() -> dict[str, int]:
-    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), when set."""
-    value = os.environ.get("BQ_PLATFORM_JOB_BUDGET")
-    return {"job_budget_per_table_per_day": int(value)} if value else {}
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day) and
+    ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass), when set.
+
+    Raises:
+        ValueError: naming the variable, if one is not a positive whole number.
+    """
+    out = {}
+    for variable, field in (
+        ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
+        ("BQ_PLATFORM_LINES_PER_PASS", "lines_per_pass"),
+    ):
+        value = os.environ.get(variable)
+        if not value:
+            continue
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"{variable} must be a positive whole number, got {value!r}")
+        out[field] = int(value)
+    return out
 
 
 #: Where ``make dev`` serves the local ``lake/reports`` folder (``REPORTS_PORT`` in the Makefile).

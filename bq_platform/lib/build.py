@@ -9,9 +9,11 @@ runs the Spark pass. For a set of UTC hours it:
    :class:`LandingError` naming each file that disagrees;
 3. counts a delivery whose checksum was already delivered for the same site and hour once:
    the extra deliveries' lines are ``duplicates`` (at-least-once delivery);
-4. reads all kept files of all hours in *one* Spark pass (gzip is unsplittable, so one file is
-   one split, read in order), numbers lines per file without a shuffle, and classifies them with
-   :func:`bq_platform.lib.transform.transform_lines`; the result is persisted once;
+4. reads the kept files in Spark passes of whole hours, up to ``lines_per_pass`` source lines
+   each (:func:`passes`: a pass's cache stays in memory, issue 9); gzip is unsplittable, so one
+   file is one split, read in order; numbers lines per file without a shuffle, and classifies
+   them with :func:`bq_platform.lib.transform.transform_lines`; the result is persisted once
+   per pass;
 5. aggregates per (site, hour, file) and the distinct visitors per (site, hour); a file whose
    line count differs from its manifest is reported in ``file_mismatches`` (not raised: the
    blocking accounting check reports it, with the other hours still built); the same pass
@@ -28,20 +30,17 @@ runs the Spark pass. For a set of UTC hours it:
 Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
 
-Spark work: one read of the landed gzip (no shuffle: lines are numbered where they are read),
-one persist, two small aggregations and three Parquet writes from the persisted rows.
+Spark work per pass: one read of the landed gzip (no shuffle: lines are numbered where they are
+read), one persist, two small aggregations and three Parquet writes from the persisted rows.
 """
 
-import contextlib
 import datetime as dt
 import logging
 import time
-import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bq_platform.lib import layout
@@ -50,6 +49,13 @@ from bq_platform.lib.build_frames import (
     rejected_aggregates,
     slim,
     write_hour_folders,
+)
+from bq_platform.lib.build_read import (
+    BUILD_SQL_CONF,
+    DEFAULT_LINES_PER_PASS,
+    passes,
+    read_lines,
+    sql_conf,
 )
 from bq_platform.lib.deliveries import landed_hour, list_sites, verify_landed
 from bq_platform.lib.hour_manifests import (
@@ -73,96 +79,7 @@ from bq_platform.lib.transform import (
     transform_lines,
 )
 
-#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and
-#: each landed file its own input split (see :func:`_read_lines`): Spark packs small files into
-#: one split until ``maxPartitionBytes``, counting ``openCostInBytes`` per file
-#: (``FilePartition.getFilePartitions``); an open cost above any split size packs none.
-_BUILD_SQL_CONF = {
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.sql.files.openCostInBytes": str(1 << 40),
-}
-#: ``monotonically_increasing_id()`` is the input partition's index shifted left by 33 bits
-#: plus the row's position in that partition (``pyspark.sql.functions`` docs): the low 33 bits.
-_ROW_IN_SPLIT_MASK = (1 << 33) - 1
-#: Read tasks per core after coalescing the one-file splits (Parquet files per hour and task).
-_READ_TASKS_PER_CORE = 2
-
-
-@contextlib.contextmanager
-def _sql_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Set runtime SQL settings for the duration of the block, then restore them."""
-    previous = {k: spark.conf.get(k, None) for k in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
-
-
-def _read_lines(
-    spark: SparkSession, store: ObjectStore, files: Sequence[LandedManifest]
-) -> DataFrame:
-    """All lines of ``files`` in one read, with their file's identity and 1-based line number.
-
-    Lines are matched to their landed file by ``input_file_name()``, which is a URI
-    (``file:///...`` for local paths, ``gs://...`` on GCS), not the path we passed. The reader's
-    own list of those URIs (``DataFrame.inputFiles()``, no job) is mapped back to data keys here
-    by their last three segments (``site=<s>/hour=<h>/<name>``, URI-unescaped), so each line
-    only costs one hash-join lookup, on the driver-built broadcast table. A line that still
-    finds no file makes :func:`build_hours` raise.
-
-    Line numbers need no shuffle (issue 9: the window over a file ID cost one shuffle and sort
-    of every line). A gzip file is unsplittable, and :data:`_BUILD_SQL_CONF` makes each file its
-    own input split, so the row position in the split, the low bits of
-    ``monotonically_increasing_id()`` taken right at the scan, is the 0-based line number. The
-    one-file splits are then coalesced (no shuffle) into ``_READ_TASKS_PER_CORE`` tasks per core:
-    a coalesced task reads its files one after the other, each still numbered by its own split.
-    :func:`_run_spark` checks that every file's numbers are exactly ``1..lines``.
-
-    File listing: over 32 paths, Spark lists them in a job of one task per path (1,200 tasks a
-    day, 5-12 s measured); ``parallelPartitionDiscovery.parallelism`` caps that job at one task
-    per core (on GCS the listing stays parallel).
-    """
-    by_tail = {m.data_key.split("/", 2)[2]: (i, m) for i, m in enumerate(files)}
-    cores = max(1, spark.sparkContext.defaultParallelism)
-    with _sql_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.parallelism": str(cores)}):
-        reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in files])
-    uris, ids = [], []
-    for uri in reader.inputFiles():
-        tail = "/".join(urllib.parse.unquote(uri).rstrip("/").split("/")[-3:])
-        if tail in by_tail:
-            uris.append(uri)
-            ids.append(by_tail[tail][0])
-    mapping = spark.createDataFrame(  # from Arrow: a local relation, no Python worker
-        pa.table(
-            {
-                "_uri": uris,
-                "site": [files[i].site for i in ids],
-                "hour_label": [layout.hour_label(files[i].hour) for i in ids],
-                "data_key": [files[i].data_key for i in ids],
-                "file_sha256": [files[i].sha256 for i in ids],
-            }
-        )
-    )
-    scanned = reader.select(
-        F.input_file_name().alias("_uri"),
-        F.monotonically_increasing_id().alias("_mid"),
-        F.col("value").alias("raw"),
-    ).coalesce(min(len(files), cores * _READ_TASKS_PER_CORE))
-    line_no = F.col("_mid").bitwiseAND(F.lit(_ROW_IN_SPLIT_MASK)) + F.lit(1)
-    return scanned.join(F.broadcast(mapping), "_uri", "left").select(
-        "site",
-        "hour_label",
-        "data_key",
-        "file_sha256",
-        line_no.cast("bigint").alias("line_no"),
-        "raw",
-    )
+_LOG = logging.getLogger(__name__)
 
 
 def build_hours(
@@ -174,6 +91,7 @@ def build_hours(
     visitor_key: str,
     window: HourWindow | None = None,
     log: logging.Logger | None = None,
+    lines_per_pass: int = DEFAULT_LINES_PER_PASS,
 ) -> list[HourManifest]:
     """Build the pageview Parquet files and hour manifests of ``hours`` (see module docstring).
 
@@ -189,6 +107,9 @@ def build_hours(
             ``future_timestamp`` (:mod:`bq_platform.lib.partition_window`). None: no bounds.
         log: a logger (``logging.Logger`` or Dagster's ``context.log``); progress is logged
             at INFO: hours, files, lines, rows and seconds.
+        lines_per_pass: the most source lines (by the landed manifests) one Spark pass reads;
+            hours are read in hour order, whole hours per pass (one hour above the limit is a
+            pass of its own), see :data:`DEFAULT_LINES_PER_PASS` and :func:`passes`.
 
     Returns:
         One :class:`HourManifest` per hour, in hour order, as written.
@@ -239,11 +160,22 @@ def build_hours(
 
     per_file: dict[str, dict[str, Any]] = {}
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
-    if kept:
+    chunks = passes(kept, lines_per_pass)
+    for number, chunk in enumerate(chunks, 1):
+        if len(chunks) > 1:
+            log.info(
+                "pass %d/%d: hours %s .. %s, %d files, %d lines",
+                number,
+                len(chunks),
+                layout.hour_label(chunk[0].hour),
+                layout.hour_label(chunk[-1].hour),
+                len(chunk),
+                sum(m.lines for m in chunk),
+            )
         _run_spark(
             spark,
             store,
-            kept,
+            chunk,
             visitor_key,
             (full_prefix, sample_prefix, dead_prefix),
             per_file,
@@ -267,7 +199,18 @@ def build_hours(
     for manifest in manifests:  # last: a manifest names only complete files
         store.write_text(layout.hour_manifest_key(manifest.hour), manifest.to_json())
         totals = sum_counts(manifest.counts)
-        log.info(
+        problems = (
+            f", {len(manifest.file_mismatches)} FILE MISMATCHES" if manifest.file_mismatches else ""
+        ) + (
+            f", {len(manifest.orphan_files)} DATA FILES WITHOUT MANIFEST (incomplete): "
+            + ", ".join(manifest.orphan_files[:3])
+            if manifest.orphan_files
+            else ""
+        )
+        # One line per hour only where something is off: each line of Dagster's log is an
+        # event-log write (~5-10 ms; 72 a 3-day run, issue 9). The per-site-hour counts are in
+        # the materialization's metadata.
+        (log.warning if problems else _LOG.debug)(
             "hour %s: %d pageviews, %d sample rows, %d non-page, %d rejected, %d duplicates, "
             "%d out of window, %d files%s",
             labels[manifest.hour],
@@ -278,18 +221,20 @@ def build_hours(
             totals["duplicates"],
             totals["out_of_window"],
             len(manifest.full_files),
-            (
-                f", {len(manifest.file_mismatches)} FILE MISMATCHES"
-                if manifest.file_mismatches
-                else ""
-            )
-            + (
-                f", {len(manifest.orphan_files)} DATA FILES WITHOUT MANIFEST (incomplete): "
-                + ", ".join(manifest.orphan_files[:3])
-                if manifest.orphan_files
-                else ""
-            ),
+            problems,
         )
+    everything = sum_counts([c for m in manifests for c in m.counts])
+    log.info(
+        "wrote %d hour manifests: %d pageviews, %d sample rows, %d non-page, %d rejected, "
+        "%d duplicates, %d out of window",
+        len(manifests),
+        sum(m.rows for m in manifests),
+        sum(m.sample_rows for m in manifests),
+        everything["non_page_hits"],
+        everything["rejected"],
+        everything["duplicates"],
+        everything["out_of_window"],
+    )
     log.info("build %s done in %.1f s", attempt_id, time.monotonic() - started)
     return manifests
 
@@ -308,8 +253,8 @@ def _run_spark(
     """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
     full_prefix, sample_prefix, dead_prefix = prefixes
     t0 = time.monotonic()
-    with _sql_conf(spark, _BUILD_SQL_CONF):
-        lines = _read_lines(spark, store, kept)
+    with sql_conf(spark, BUILD_SQL_CONF):
+        lines = read_lines(spark, store, kept)
         rows = slim(transform_lines(lines, visitor_key=visitor_key, window=window)).persist()
         try:
             category = F.col("category")
@@ -366,8 +311,8 @@ def _run_spark(
                 .collect()
             ):
                 visitors[(r["site"], r["hour_label"])] = (int(r["visitors"]), int(r["sampled"]))
-            n_lines = sum(v["lines_read"] for v in per_file.values())
-            n_pages = sum(v[CATEGORY_PAGE] for v in per_file.values())
+            n_lines = sum(int(r["lines_read"]) for r in file_counts)  # this pass's files only
+            n_pages = sum(int(r[CATEGORY_PAGE]) for r in file_counts)
             log.info(
                 "read and classified %d lines of %d files in %.1f s: %d pageviews",
                 n_lines,

@@ -6,7 +6,7 @@ gap (an hour with no data, an hour not built, an unbalanced hour) is seen at a g
 - :func:`hour_status`: per hour, built / audited / balanced, and the verdict of the day;
 - :func:`markdown_report`: a bar line per site and measure (24 cells, one per hour) and the
   full table per site and hour, for Dagster's Markdown metadata;
-- :func:`render_png`: the same as PNG heat maps, sites x hours (matplotlib, Agg backend).
+- :func:`render_png`: the same as PNG heat maps, sites x hours (numpy and Pillow).
 
 Dagster's UI sanitizes Markdown images to ``http(s)`` sources (``data:`` URIs are dropped): the
 PNG is written to the object store, and the report embeds it by URL when
@@ -16,7 +16,6 @@ loopback; ``defs/resources.py``); the text bar chart is always there.
 
 import dataclasses
 import datetime as dt
-import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -196,56 +195,32 @@ def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatu
     (log scale), white = 0; hours not built or audited are hatched red.
 
     One image per measure costs the same for 2 or 2,000 sites (a bar chart per site took 20 s
-    a day for 50 sites, docs/PERFORMANCE.md).
+    a day for 50 sites, docs/PERFORMANCE.md); drawn with numpy and Pillow
+    (:mod:`bq_platform.lib.heatmap_png`): ~50 ms, where a matplotlib figure took ~1 s (issue 9).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.colors import LogNorm
+
+    from bq_platform.lib.heatmap_png import Panel, heatmaps_png
 
     labels, matrices = site_matrix(day, rows)
     labels = labels or ["(no site)"]
     hours = [hour_label(h) for h in day_hours(day)]
-    fig, axes = plt.subplots(
-        1,
-        len(MEASURES),
-        figsize=(15, max(2.8, 1.6 + 0.24 * len(labels))),
-        sharey=True,
-        squeeze=False,
-        layout="constrained",
-    )
-    for ax, measure in zip(axes[0], MEASURES, strict=True):
-        data = np.array(matrices[measure] or [[0] * 24], dtype=float)
-        masked = np.ma.masked_less_equal(data, 0)
-        top = max(float(data.max()), 1.0)
-        image = ax.imshow(
-            masked, aspect="auto", cmap="viridis", norm=LogNorm(vmin=1, vmax=max(top, 2.0))
-        )
-        for hour in status.missing:
-            ax.axvspan(
-                hours.index(hour) - 0.5,
-                hours.index(hour) + 0.5,
-                facecolor=(0.77, 0.19, 0.19, 0.35),
-                edgecolor="#c53030",
-                hatch="//",
-                linewidth=0,
-            )
-        ax.set_title(f"{measure} (total {int(data.sum()):,})", fontsize=10)
-        ax.set_xticks(range(0, 24, 3), [f"{h:02d}" for h in range(0, 24, 3)])
-        ax.set_xlabel("hour (UTC)")
-        fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
-    axes[0, 0].set_yticks(range(len(labels)), labels, fontsize=8)
+    panels = []
+    for measure in MEASURES:
+        values = np.array(matrices[measure] or [[0] * 24], dtype=float)
+        panels.append(Panel(f"{measure} (total {int(values.sum()):,})", values))
     missing = f"; not built/audited: {', '.join(h[-2:] for h in status.missing)}"
-    fig.suptitle(
+    title = [
         f"Completeness {day}: {status.complete_hours}/24 hours complete"
-        + (missing if status.missing else "")
-        + "\nlines per site and UTC hour (log color scale); white: 0 lines; "
+        + (missing if status.missing else ""),
+        "lines per site and UTC hour (log color scale); white: 0 lines; "
         "hatched red: hour not built or not audited",
-        fontsize=10,
+    ]
+    return heatmaps_png(
+        title,
+        labels,
+        panels,
+        {h: f"{h:02d}" for h in range(0, 24, 3)},
+        "hour (UTC)",
+        hatched_columns=[hours.index(h) for h in status.missing],
     )
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=80)
-    plt.close(fig)
-    return buffer.getvalue()

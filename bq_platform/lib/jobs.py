@@ -50,6 +50,11 @@ MAX_JOB_RETRIES = 3
 RETRY_BACKOFF_BASE_S = 2.0
 RETRY_BACKOFF_CAP_S = 60.0
 
+#: Per-job progress (submitted, skipped) goes here, not to the caller's ``log``: a Dagster
+#: ``context.log`` line is an event in the run's event log (~5-10 ms each, once per load job;
+#: issue 9). Adoptions, retries and failures go to the caller's ``log`` (visible in the UI).
+_progress = logging.getLogger(__name__)
+
 Action = Literal["submitted", "adopted", "skipped"]
 Verdict = Literal["submit", "wait", "skip", "next"]
 
@@ -195,7 +200,8 @@ def run_idempotent_job(
         partition: ``YYYYMMDD``/``YYYYMMDDHH`` key of the publish record.
         budget: per-table daily budget checked before every submission.
         wait_timeout_s: how long to wait for a running job, seconds.
-        log: logger for progress lines.
+        log: logger for what an operator must see: adoptions, new generations, retries and
+            failures (per-job progress goes to this module's logger).
         sleep: how to wait between retries of a transient job failure (tests pass a fake).
 
     Returns:
@@ -227,7 +233,7 @@ def run_idempotent_job(
             try:
                 status = warehouse.submit_job(job)
                 action = "submitted"
-                log.debug("submitted job %s -> %s", job.job_id, job.destination)
+                _progress.debug("submitted job %s -> %s", job.job_id, job.destination)
             except JobConflictError:
                 log.info("job %s exists already (409): adopting it", job.job_id)
                 status = warehouse.get_job(job.job_id)
@@ -289,6 +295,6 @@ def run_idempotent_job(
                 )
             )
         if action == "skipped":
-            log.debug("job %s already done for this content: skipped", job.job_id)
+            _progress.debug("job %s already done for this content: skipped", job.job_id)
         return JobOutcome(job.job_id, action, generation, rows)
     raise _exhausted(make_job, partition)

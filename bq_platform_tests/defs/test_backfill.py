@@ -73,6 +73,16 @@ def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
         assert sorted(by_check[("lake/pageview_files", "accounting_identity")]) == want
         assert sorted(by_check[("warehouse/pageviews_stage", "stage_matches_manifest")]) == want
         assert all(e.passed for e in evaluations)
+        # each evaluation is linked to its own partition's materialization in this run
+        for asset_key in {e.asset_key for e in evaluations}:
+            records = pipeline.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=want), limit=100
+            ).records
+            partition_of = {r.storage_id: (r.partition_key, r.run_id) for r in records}
+            for e in (e for e in evaluations if e.asset_key == asset_key):
+                target = e.target_materialization_data
+                assert target is not None and target.run_id == result.run_id
+                assert partition_of[target.storage_id] == (e.partition, result.run_id)
         metadata = evaluations[0].metadata
         assert {"expected", "actual", "difference"} <= metadata.keys()
 

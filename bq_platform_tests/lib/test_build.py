@@ -22,6 +22,7 @@ from bq_platform.lib import jobids, layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.build_frames import DEADLETTER_COLUMNS
+from bq_platform.lib.build_read import passes
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
@@ -499,3 +500,53 @@ def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
     for row in dead:
         assert row["raw"] == expected[row["data_key"]][row["line_no"] - 1].decode()
     assert all(c.balanced and c.rejected == c.source_lines for m in manifests for c in m.counts)
+
+
+def test_passes_cut_whole_hours_in_hour_order() -> None:
+    def landed(hour: dt.datetime, lines: int, name: str) -> LandedManifest:
+        return LandedManifest(NASA, hour, f"k/{name}", lines, 1, name * 64)
+
+    a1, a2 = landed(H_NASA_2, 3, "a"), landed(H_NASA_2, 4, "b")
+    b1, c1 = landed(H_NASA_1, 2, "c"), landed(H_EPA_1, 20, "d")
+    files = [a1, c1, b1, a2]
+    assert passes(files, 100) == [[b1, a1, a2, c1]]
+    # the next hour joins while the pass stays within the limit; an hour is never split
+    assert passes(files, 9) == [[b1, a1, a2], [c1]]
+    assert passes(files, 8) == [[b1], [a1, a2], [c1]]
+    assert passes(files, 1) == [[b1], [a1, a2], [c1]]  # an hour above the limit: its own pass
+    assert passes([], 5) == []
+    with pytest.raises(ValueError, match="positive"):
+        passes(files, 0)
+
+
+def test_several_passes_build_what_one_pass_builds(spark, built, caplog) -> None:
+    """Driver memory stays flat with the data because a build reads at most lines_per_pass
+    lines per Spark pass (issue 9); the outputs are the same as one pass's."""
+    caplog.set_level(logging.INFO, logger="bq_platform.lib.build")
+    several = {
+        m.hour: m
+        for m in build_hours(
+            spark, built.store, HOURS, attempt_id="passes", visitor_key=KEY, lines_per_pass=1
+        )
+    }
+    for hour in HOURS:
+        one, many = built.manifests[hour], several[hour]
+        assert (many.counts, many.rows, many.sample_rows) == (one.counts, one.rows, one.sample_rows)
+        assert many.fingerprint == one.fingerprint
+        assert many.file_mismatches == one.file_mismatches
+        rows = read_parquet(built.store, many.full_files).sort_by("event_id")
+        assert rows.equals(read_parquet(built.store, one.full_files).sort_by("event_id"))
+    # progress: one line per pass, each counting that pass's lines only
+    passes_logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass ")]
+    assert [m.split(":")[0] for m in passes_logged] == [
+        "pass 1/4",
+        "pass 2/4",
+        "pass 3/4",
+        "pass 4/4",
+    ]
+    read = [
+        int(r.getMessage().split()[3])
+        for r in caplog.records
+        if r.getMessage().startswith("read and classified")
+    ]
+    assert sum(read) == sum(c.lines_read for m in several.values() for c in m.counts)

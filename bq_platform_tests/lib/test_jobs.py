@@ -277,3 +277,43 @@ def test_every_generation_failed_gives_up() -> None:
     with pytest.raises(RuntimeError, match=f"{MAX_GENERATIONS} generations"):
         run(wh, FP_A)
     assert "_insert_job" not in wh.names()
+
+
+class _Recorder(logging.Handler):
+    """Records the messages a step's log (Dagster's ``context.log`` in the assets) receives."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _step_log() -> tuple[logging.Logger, _Recorder]:
+    logger = logging.getLogger("bq_platform_tests.step_log")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.handlers = [recorder := _Recorder()]
+    return logger, recorder
+
+
+def test_submits_and_skips_stay_out_of_the_step_log(caplog: pytest.LogCaptureFixture) -> None:
+    """Each line in a step's log is an event in Dagster's event log (issue 9): a submitted or
+    skipped job is progress for the module logger, an adoption stays in the step's log."""
+    step_log, recorder = _step_log()
+    wh = FakeWarehouse()
+    make = copy_maker(FP_A)
+    with caplog.at_level(logging.DEBUG, logger="bq_platform.lib.jobs"):
+        for _ in range(2):  # submitted, then skipped
+            jobs.run_idempotent_job(
+                wh, make, fingerprint=FP_A, partition=DAY_PARTITION, log=step_log
+            )
+    assert recorder.messages == []
+    assert f"submitted job {cid(FP_A, 0)}" in caplog.text
+    assert "already done for this content: skipped" in caplog.text
+
+    wh = FakeWarehouse()
+    wh.conflicts[cid(FP_A, 0)] = ok(cid(FP_A, 0), rows=5)
+    jobs.run_idempotent_job(wh, make, fingerprint=FP_A, partition=DAY_PARTITION, log=step_log)
+    assert recorder.messages == [f"job {cid(FP_A, 0)} exists already (409): adopting it"]

@@ -91,6 +91,7 @@ def pageview_files(
         visitor_key=settings.visitor_key,
         window=HourWindow.until_now(FIRST_HOUR),
         log=context.log,
+        lines_per_pass=settings.lines_per_pass,
     )
     seconds = time.monotonic() - started
     counts = [c for m in manifests for c in m.counts]

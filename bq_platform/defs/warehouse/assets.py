@@ -93,12 +93,13 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
     ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
         store, wh = object_store.get_store(), warehouse.get_warehouse()
         started = time.monotonic()
-        results, missing = [], []
+        results, missing, files = [], [], []
         for hour in partition_hours(context):
             manifest = read_hour_manifest(store, hour)
             if manifest is None:
                 missing.append(hour_label(hour))
                 continue
+            files += manifest.full_files if kind == "full" else manifest.sample_files
             results.append(
                 load_stage_hour(
                     wh,
@@ -116,21 +117,27 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 f"hours {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''} have no "
                 "hour manifest: materialize lake/pageview_files for them first",
             )
-        manifests = {r.hour: read_hour_manifest(store, r.hour) for r in results}
-        files = [
-            k
-            for m in manifests.values()
-            if m is not None
-            for k in (m.full_files if kind == "full" else m.sample_files)
-        ]
         actions = [r.outcome.action for r in results]
+        rows, seconds = sum(r.table_rows or 0 for r in results), time.monotonic() - started
+        # One line per step: each context.log line is an event (the per-job lines go to
+        # bq_platform.lib.jobs's logger; adoptions and failures still come here).
+        context.log.info(
+            "%s: %d hours, %d rows; jobs %d submitted, %d skipped, %d adopted; %.1f s",
+            name,
+            len(results),
+            rows,
+            actions.count("submitted"),
+            actions.count("skipped"),
+            actions.count("adopted"),
+            seconds,
+        )
         result = dg.MaterializeResult(
             metadata={
                 "hours": len(results),
-                "rows": sum(r.table_rows or 0 for r in results),
+                "rows": rows,
                 "files": len(files),
                 "bytes": sum(store.size(k) for k in files),
-                "duration_seconds": round(time.monotonic() - started, 2),
+                "duration_seconds": round(seconds, 2),
                 "jobs_submitted": actions.count("submitted"),
                 "jobs_adopted": actions.count("adopted"),
                 "jobs_skipped": actions.count("skipped"),

@@ -67,6 +67,13 @@ def pageview_deadletters(
         raise dg.Failure(
             description=f"{exc}: materialize lake/pageview_files for the day's hours first"
         ) from exc
+    context.log.info(
+        "%s: %s by %s, %d rows",
+        result.destination,
+        result.outcome.action,
+        result.outcome.job_id,
+        result.partition_rows,
+    )
     reasons = {**result.rejected_by_reason, "out of window": result.out_of_window}
     top = ", ".join(f"{reason} {lines}" for reason, lines in reasons.items() if lines) or "none"
     check = PartitionCheck(

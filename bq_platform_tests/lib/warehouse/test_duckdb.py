@@ -379,6 +379,18 @@ def test_memory_database_is_refused() -> None:
         DuckDBWarehouse(":memory:")
 
 
+def test_one_duckdb_thread_unless_asked(wh: DuckDBWarehouse, tmp_path: Path) -> None:
+    threads = "SELECT current_setting('threads') AS threads"
+    assert wh.query(threads) == [{"threads": 1}]  # issue 9: small loads, 2-core machine
+    other = DuckDBWarehouse(tmp_path / "other.duckdb", threads=2)
+    try:
+        assert other.query(threads) == [{"threads": 2}]
+    finally:
+        other.close()
+    with pytest.raises(ValueError, match="threads"):
+        DuckDBWarehouse(tmp_path / "x.duckdb", threads=0)
+
+
 # ----------------------------------------------------------------------- other processes
 
 _HOLD_LOCK = textwrap.dedent(
