@@ -112,7 +112,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             machine's RAM (duckdb.org/docs/stable/configuration/overview), and the process
             that runs the warehouse is the Dagster run's driver: at 16x the bench's lines its
             resident size reached 1,517 MiB against 605 MiB at 1x (issue 9: driver memory
-            flat). Default ``1GB``.
+            flat). Default ``512MB``.
 
     Raises:
         ValueError: if ``path`` is ``:memory:`` or ``threads`` is below 1.
@@ -131,7 +131,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         *,
         lock_timeout_s: float = 120.0,
         threads: int = 1,
-        memory_limit: str = "1GB",
+        memory_limit: str = "512MB",
     ) -> None:
         super().__init__()
         if str(path) == ":memory:":
