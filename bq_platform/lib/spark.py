@@ -10,6 +10,12 @@ from typing import Any
 
 #: log4j2 configuration that keeps Spark's console to errors (local masters, unless verbose).
 QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
+#: JVM option of the driver and the executors: HotSpot JIT-compiles no method over 8,000 bytes
+#: of bytecode by default (``DontCompileHugeMethods``), and the build's fused transform is one
+#: such method (8,396 bytes with the fast path, :mod:`bq_platform.lib.transform`): without this
+#: option it runs interpreted, at about 1.7x the CPU (issue 9). Spark documents the same limit
+#: for ``spark.sql.codegen.hugeMethodLimit`` (spark.apache.org/docs/latest/configuration.html).
+JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 
 
 def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[str, Any]:
@@ -22,19 +28,19 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
 
     Local masters log errors only (:data:`QUIET_LOG4J2`, passed to the driver JVM as
     ``-Dlog4j2.configurationFile``; PySpark starts that JVM with this config), unless
-    ``BQ_PLATFORM_SPARK_VERBOSE`` is set (``bq-platform -v``).
+    ``BQ_PLATFORM_SPARK_VERBOSE`` is set (``bq-platform -v``). The driver and the executors get
+    :data:`JIT_HUGE_METHODS`; a ``spark-submit`` outside this config must pass it too.
 
     Returns:
         A dict for ``SparkSession.builder.config`` / ``dagster_pyspark.PySparkResource``.
     """
     quiet = master.startswith("local") and not os.environ.get("BQ_PLATFORM_SPARK_VERBOSE")
-    logging_options = (
-        {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}"}
-        if quiet
-        else {}
-    )
+    driver_options = [JIT_HUGE_METHODS]
+    if quiet:
+        driver_options.append(f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}")
     return {
-        **logging_options,
+        "spark.driver.extraJavaOptions": " ".join(driver_options),
+        "spark.executor.extraJavaOptions": JIT_HUGE_METHODS,
         "spark.master": master,
         "spark.app.name": "bq_platform",
         "spark.sql.session.timeZone": "UTC",
