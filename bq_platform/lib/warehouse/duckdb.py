@@ -107,12 +107,9 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             ~10k rows, too few to gain from a second thread, and on the 2-core machine two
             threads cost 40-65% more CPU for the loads and copies of a 3-day run (144 loads,
             6 copies, 765k rows: 13.0-15.3 s against 9.1-9.4 s of CPU; issue 9).
-        memory_limit: DuckDB's buffer memory (``SET memory_limit``; beyond it, operators spill
-            to a temporary folder next to the file). DuckDB's own default is 80% of the
-            machine's RAM (duckdb.org/docs/stable/configuration/overview), and the process
-            that runs the warehouse is the Dagster run's driver: at 16x the bench's lines its
-            resident size reached 1,517 MiB against 605 MiB at 1x (issue 9: driver memory
-            flat). Default ``512MB``.
+        memory_limit: DuckDB's buffer memory (``SET memory_limit``; beyond it DuckDB spills to
+            disk). Its default is 80% of the RAM (duckdb.org/docs/stable/configuration/overview)
+            and this is the run's driver process: 1,376 MiB at 16x the bench's lines (issue 9).
 
     Raises:
         ValueError: if ``path`` is ``:memory:`` or ``threads`` is below 1.
