@@ -160,7 +160,7 @@ class PipelineSettings(dg.ConfigurableResource):
             request-endpoints, "authenticated browser downloads").
         lines_per_pass: the most source lines one Spark pass of the hourly build reads
             (``BQ_PLATFORM_LINES_PER_PASS``; default
-            :data:`~bq_platform.lib.build.DEFAULT_LINES_PER_PASS`, sized for a 2g local
+            :data:`~bq_platform.lib.build_read.DEFAULT_LINES_PER_PASS`, sized for a 2g local
             driver). Raise it with the executors' memory on a cluster.
     """
 
@@ -179,7 +179,7 @@ def local_home() -> Path:
     return Path(os.environ.get("BQ_PLATFORM_HOME", ".bq_platform")).resolve()
 
 
-def _budget() -> dict[str, int]:
+def _whole_numbers() -> dict[str, int]:
     """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day) and
     ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass), when set.
 
@@ -253,7 +253,7 @@ def build_resources(env: str) -> dict[str, Any]:
             ),
             "settings": PipelineSettings(
                 visitor_key=os.environ.get("BQ_PLATFORM_VISITOR_KEY") or LOCAL_VISITOR_KEY,
-                **_budget(),
+                **_whole_numbers(),
                 **_quality(),
                 **_reports(LOCAL_REPORTS_URL),
             ),
@@ -278,7 +278,7 @@ def build_resources(env: str) -> dict[str, Any]:
             ),
             "settings": PipelineSettings(
                 visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"),
-                **_budget(),
+                **_whole_numbers(),
                 **_quality(),
                 **_reports(),
             ),

@@ -146,4 +146,4 @@ def passes(
             lines = 0
         chunks[-1].extend(by_hour[hour])
         lines += hour_lines
-    return [chunk for chunk in chunks if chunk]
+    return chunks
