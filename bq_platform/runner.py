@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -31,6 +31,9 @@ from bq_platform.lib.planning import contiguous, plan_day
 from bq_platform.lib.reporting import COUNT_FIELDS
 from bq_platform.lib.retention import clean_attempts
 from bq_platform.lib.warehouse.base import Warehouse
+
+if TYPE_CHECKING:
+    from bq_platform.defs.resources import SparkResource
 
 HOURLY_JOB = "pageviews_hourly_job"
 #: Consecutive due days one ``bq-platform run`` builds in one hourly run, i.e. one Spark pass
@@ -73,6 +76,9 @@ class PipelineRunner:
     """Dagster instance the runs are recorded in; default ``DagsterInstance.get()``."""
     verbose: bool = False
     """Dagster's console log (INFO) and tracebacks, instead of one line per step."""
+    spark: "SparkResource | None" = None
+    """The environment's Spark resource: its session is started in the background once a build
+    is due (:meth:`SparkResource.start_in_background`); None: the run starts it."""
     processed_days: list[dt.date] = dataclasses.field(default_factory=list)
     check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
         default_factory=dict
@@ -100,6 +106,7 @@ class PipelineRunner:
             echo=echo,
             instance=instance,
             verbose=verbose,
+            spark=resources["spark"],
         )
 
     def index(self) -> LandingIndex:
@@ -137,6 +144,8 @@ class PipelineRunner:
                 todo.setdefault(hour.date(), []).append(hour)
         ok = True
         self.warehouse.close()  # release the file: the runs open their own connections
+        if todo and self.spark is not None:
+            self.spark.start_in_background()  # the JVM starts while Dagster creates the run
         for batch in batches(todo):
             ok &= self._run_batch(batch, allow_incomplete, allow_rejected)
         return ok

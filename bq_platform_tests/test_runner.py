@@ -1,9 +1,14 @@
-"""How ``bq-platform run`` groups due days into hourly runs (batches of consecutive days)."""
+"""How ``bq-platform run`` groups due days into hourly runs (batches of consecutive days), and
+when it starts the Spark session ahead of them."""
 
 import datetime as dt
 
+import dagster as dg
+
 from bq_platform.lib.hours import day_hours
-from bq_platform.runner import batches
+from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.runner import PipelineRunner, batches
 
 D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))
 
@@ -23,3 +28,44 @@ def test_partial_days_join_only_when_their_hours_touch():
     late_morning = day_hours(D2)[2:6]
     assert [sorted(b) for b in batches({D1: evening, D2: late_morning})] == [[D1], [D2]]
     assert batches({}) == []
+
+
+class _RecordingSpark:
+    """Stands in for ``SparkResource``: records when its session was asked to start."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def start_in_background(self) -> None:
+        self.events.append("spark")
+
+
+def _runner(tmp_path, events: list[str]) -> PipelineRunner:
+    store = LocalObjectStore(tmp_path / "lake")
+    warehouse = DuckDBWarehouse(str(tmp_path / "warehouse.duckdb"))
+    runner = PipelineRunner(
+        definitions=dg.Definitions(),
+        store=store,
+        warehouse=warehouse,
+        visitor_key="k",
+        echo=lambda _: None,
+        spark=_RecordingSpark(events),  # type: ignore[arg-type]
+    )
+    return runner
+
+
+def test_the_spark_session_starts_ahead_of_a_due_build(tmp_path, monkeypatch):
+    events: list[str] = []
+    runner = _runner(tmp_path, events)
+    monkeypatch.setattr(
+        PipelineRunner, "_run_batch", lambda self, batch, *_: events.append("build") or True
+    )
+    assert runner.run(hours=day_hours(D1)[:2])
+    assert events == ["spark", "build"]
+
+
+def test_no_spark_session_when_nothing_is_due(tmp_path):
+    events: list[str] = []
+    runner = _runner(tmp_path, events)
+    assert runner.run()  # an empty landing zone: nothing to build
+    assert events == []

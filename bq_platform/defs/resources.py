@@ -17,11 +17,13 @@ variable; values enter through ``dg.EnvVar`` so they are read when a run starts.
 import abc
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
+from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
 from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
@@ -134,9 +136,40 @@ class SparkResource(PySparkResource):
     """dagster-pyspark's session resource, bound to loopback when the master is local."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.prepare_environment()
+        super().setup_for_execution(context)
+
+    def prepare_environment(self) -> None:
+        """What this process needs before the session starts: a local master binds to loopback
+        (:func:`~bq_platform.lib.spark.ensure_local_spark_env`); other masters need nothing."""
         if str(self.spark_config.get("spark.master", "")).startswith("local"):
             ensure_local_spark_env()
-        super().setup_for_execution(context)
+
+    def start_in_background(self) -> threading.Thread:
+        """Start this resource's Spark session on a daemon thread, ahead of the run that uses it.
+
+        The session of a process is one (``SparkSession.builder.getOrCreate``, which holds the
+        builder's class lock while it creates it), so the run's :meth:`setup_for_execution`
+        then gets this same session, or waits for it if it is still starting. ``bq-platform run``
+        starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9) runs
+        while Dagster creates the run and writes its planned events. A failure here is only
+        logged at DEBUG: the run's own resource initialisation fails the same way and reports
+        it, once.
+
+        Returns:
+            The started thread (it ends when the session is up, or has failed).
+        """
+        self.prepare_environment()
+
+        def start() -> None:
+            try:
+                spark_session_from_config(self.spark_config)
+            except Exception:  # the run reports it (see above)
+                logging.getLogger(__name__).debug("Spark pre-start failed", exc_info=True)
+
+        thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
+        thread.start()
+        return thread
 
 
 class PipelineSettings(dg.ConfigurableResource):

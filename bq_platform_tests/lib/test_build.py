@@ -185,6 +185,7 @@ def test_parquet_rows_schema_and_layout(built) -> None:
     for hour, manifest in built.manifests.items():
         label = layout.hour_label(hour)
         assert manifest.full_files and manifest.sample_files  # >= 1 file each, even if empty
+        assert len(manifest.sample_files) == 1  # one writer for the sample (build.py)
         for key in manifest.full_files:
             assert key.startswith(f"{prefix}/full/hour={label}/") and key.endswith(".parquet")
         for key in manifest.sample_files:
@@ -550,3 +551,21 @@ def test_several_passes_build_what_one_pass_builds(spark, built, caplog) -> None
         if r.getMessage().startswith("read and classified")
     ]
     assert sum(read) == sum(c.lines_read for m in several.values() for c in m.counts)
+
+
+def test_an_hour_of_many_files_has_one_sample_file(spark, access_logs, tmp_path) -> None:
+    """The sample is written by one task (build.py: it is 1 in 200 visitors of a pass, and each
+    file a writer opens costs ~12 ms, docs/PERFORMANCE.md), so an hour whose files were read by
+    several tasks still gets one sample file, holding every sampled row."""
+    store = LocalObjectStore(tmp_path / "lake")
+    with gzip.open(access_logs / NASA / "nasa-http-19950801.log.gz") as logs:
+        hour_lines = [line.rstrip(b"\n") for line in logs if b"01/Aug/1995:00:" in line]
+    sites = [f"s{i:02d}.example" for i in range(12)]
+    for i, site in enumerate(sites):
+        land(store, site, H_NASA_1, hour_lines[i :: len(sites)])
+    (manifest,) = build_hours(spark, store, [H_NASA_1], attempt_id="one", visitor_key=KEY)
+    sampled_sites = {c.site for c in manifest.counts if c.sample_visitors}
+    assert len(sampled_sites) > 1, sampled_sites  # sampled rows came from several files
+    assert len(manifest.sample_files) == 1
+    sample = read_parquet(store, manifest.sample_files)
+    assert sample.num_rows == manifest.sample_rows > 0
