@@ -63,7 +63,7 @@ from google.api_core import exceptions as api_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 
-from bq_platform.lib.warehouse import rules
+from bq_platform.lib.warehouse import job_rules, rules
 from bq_platform.lib.warehouse.bigquery import schema_fields, spec_of
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 from bq_platform_tests.bigquery_shim_lists import DATA_PATH, PartitionLists
@@ -265,7 +265,7 @@ class BigQueryShim(PartitionLists):
             ),
         )
         disposition = load.get("writeDisposition", "WRITE_APPEND")
-        rules.check_load_job(
+        job_rules.check_load_job(
             job_id,
             destination["tableId"],
             load["sourceUris"],
@@ -315,7 +315,7 @@ class BigQueryShim(PartitionLists):
             if day is not None and source_spec is not None and source_spec.partition_field:
                 where = f" WHERE {source_spec.partition_field} = DATE '{day.isoformat()}'"
             selects.append((source_full, where))
-        rules.check_copy_job(
+        job_rules.check_copy_job(
             job_id,
             destination["tableId"],
             [s["tableId"] for s in sources],
@@ -362,7 +362,7 @@ class BigQueryShim(PartitionLists):
                 f"WHERE {field} IS NULL OR {field} != DATE '{day.isoformat()}' LIMIT 3"
             ).result()
             try:
-                rules.check_partition_rows(destination, day, [r[0] for r in others])
+                job_rules.check_partition_rows(destination, day, [r[0] for r in others])
             except rules.RuleViolation as exc:
                 raise JobRefused("invalid", str(exc)) from exc
         if disposition == "WRITE_EMPTY" and self._count(

@@ -163,7 +163,7 @@ def day_copy_plan(
     fingerprint = day_fingerprint({hour_label(h): m.fingerprint for h, m in ready.items()})
     # Each source names the day's partition (``stage$YYYYMMDD``): a copy of several sources
     # into a partition decorator is refused unless every source is a partition too (apache/beam
-    # PR 21757; mozilla/bigquery-etl PR 2228; rules.check_copy_job).
+    # PR 21757; mozilla/bigquery-etl PR 2228; job_rules.check_copy_job).
     sources = tuple(f"{stage_spec(kind, h).name}${partition}" for h in sorted(ready))
     destination = f"{spec.name}${partition}"
 

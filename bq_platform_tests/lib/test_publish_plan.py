@@ -131,7 +131,8 @@ def test_offline_plan_requests_follow_bigquerys_rules(planned: list[dict]) -> No
             stage_table, _, source_day = source["tableId"].partition("$")
             assert source_day == day  # several sources into a partition: each a partition
             stage = specs[stage_table]
-            # The copy is refused unless partitioning and clustering match (rules.check_copy_job).
+            # The copy is refused unless partitioning and clustering match
+            # (job_rules.check_copy_job).
             assert stage["timePartitioning"] == destination["timePartitioning"]
             assert stage["clustering"] == destination["clustering"]
             assert stage["schema"]["fields"] == destination["schema"]["fields"]

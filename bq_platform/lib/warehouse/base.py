@@ -34,7 +34,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from bq_platform.lib.warehouse import ledger, rules
+from bq_platform.lib.warehouse import job_rules, ledger, rules
 from bq_platform.lib.warehouse.compare import SpecDifference, compare
 from bq_platform.lib.warehouse.ledger import PublishRecord
 from bq_platform.lib.warehouse.rules import RuleViolation
@@ -113,7 +113,7 @@ class CopyJob:
     Attributes:
         job_id: deterministic ID.
         sources: source table names; each has the destination's schema, partitioning and
-            clustering (:func:`bq_platform.lib.warehouse.rules.check_copy_job`).
+            clustering (:func:`bq_platform.lib.warehouse.job_rules.check_copy_job`).
         destination: ``table$YYYYMMDD`` to replace one day partition, or a table name.
         write_disposition: ``WRITE_TRUNCATE`` replaces the destination partition.
         labels: job labels.
@@ -196,7 +196,7 @@ def validate_job(job: Job, spec_of: Callable[[str], TableSpec | None]) -> None:
     """
     table, _ = rules.split_destination(job.destination)
     if isinstance(job, LoadJob):
-        rules.check_load_job(
+        job_rules.check_load_job(
             job.job_id,
             job.destination,
             job.source_uris,
@@ -214,7 +214,7 @@ def validate_job(job: Job, spec_of: Callable[[str], TableSpec | None]) -> None:
             "(source: /bigquery/docs/reference/rest/v2/Job#JobConfigurationTableCopy)"
         )
     sources = sorted({rules.split_destination(s)[0] for s in job.sources})
-    rules.check_copy_job(
+    job_rules.check_copy_job(
         job.job_id,
         job.destination,
         job.sources,

@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from bq_platform.lib.warehouse import rules, schema
+from bq_platform.lib.warehouse import job_rules, rules, schema
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 
@@ -162,7 +162,7 @@ def _check_one_day(
         [*params, day],
     ).fetchall()
     try:
-        rules.check_partition_rows(destination, day, [row[0] for row in found])
+        job_rules.check_partition_rows(destination, day, [row[0] for row in found])
     except rules.RuleViolation as exc:
         raise JobError(INVALID, str(exc)) from exc
 

@@ -2,11 +2,13 @@
 
 Neither bqemulator nor the local DuckDB warehouse enforces these, so a request that BigQuery
 refuses passes every offline test unless our own code refuses it first. Both warehouses call
-:func:`check_table_spec` before they create or patch a table and :func:`check_load_job` /
-:func:`check_copy_job` before they submit a job (see
+:func:`check_table_spec` before they create or patch a table and
+:func:`~bq_platform.lib.warehouse.job_rules.check_load_job` /
+:func:`~bq_platform.lib.warehouse.job_rules.check_copy_job` before they submit a job (see
 :class:`bq_platform.lib.warehouse.base.Warehouse`), so a local run fails where BigQuery would,
 with the same message. Each rule names its source; when a rule changes in BigQuery, change it
-here and in ``bq_platform_tests/lib/warehouse/test_rules.py``.
+here (or in :mod:`bq_platform.lib.warehouse.job_rules`, the rules of load and copy jobs) and in
+``bq_platform_tests/lib/warehouse/test_rules.py``.
 
 Sources (all on cloud.google.com unless stated):
 
@@ -48,7 +50,7 @@ Sources (all on cloud.google.com unless stated):
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
 from bq_platform.lib.warehouse.schema import Column, TableSpec, normalize_mode, normalize_type
 
@@ -85,7 +87,8 @@ class RuleViolation(ValueError):
     """
 
 
-def _refuse(what: str, rule: str, source: str) -> RuleViolation:
+def refuse(what: str, rule: str, source: str) -> RuleViolation:
+    """The :class:`RuleViolation` to raise: ``what`` broke ``rule``, documented at ``source``."""
     return RuleViolation(f"BigQuery would refuse {what}: {rule} (source: {source})")
 
 
@@ -103,7 +106,7 @@ def split_destination(destination: str) -> tuple[str, dt.date | None]:
     try:
         return table, dt.datetime.strptime(partition, "%Y%m%d").date()
     except ValueError:
-        raise _refuse(
+        raise refuse(
             f"destination {destination!r}",
             "a partition decorator is a real date, $YYYYMMDD",
             "/bigquery/docs/managing-partitioned-table-data",
@@ -117,7 +120,7 @@ def check_job_id(job_id: str) -> str:
         RuleViolation: unless it is 1-1,024 characters of ``[A-Za-z0-9_-]``.
     """
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
-        raise _refuse(
+        raise refuse(
             f"job ID {job_id!r}",
             "job IDs are 1-1,024 letters, digits, '_' or '-'",
             "/bigquery/docs/running-jobs#generate-jobid",
@@ -132,7 +135,7 @@ def check_table_name(name: str) -> str:
         RuleViolation: unless it matches ``[A-Za-z_][A-Za-z0-9_]{0,1023}``.
     """
     if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
-        raise _refuse(
+        raise refuse(
             f"table name {name!r}",
             "table names are letters, digits and '_' (we use the ASCII subset), <= 1,024",
             "/bigquery/docs/tables#table_naming",
@@ -151,18 +154,18 @@ def check_labels(labels: Mapping[str, str], where: str) -> dict[str, str]:
     """
     source = "/bigquery/docs/labels-intro#requirements"
     if len(labels) > MAX_LABELS:
-        raise _refuse(where, f"{len(labels)} labels; at most {MAX_LABELS} per resource", source)
+        raise refuse(where, f"{len(labels)} labels; at most {MAX_LABELS} per resource", source)
     out: dict[str, str] = {}
     for key, value in labels.items():
         if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
-            raise _refuse(
+            raise refuse(
                 where,
                 f"label key {key!r}: keys are 1-63 lowercase letters, digits, '_' or '-', "
                 "starting with a letter",
                 source,
             )
         if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
-            raise _refuse(
+            raise refuse(
                 where,
                 f"value {value!r} of label {key!r}: values are 0-63 lowercase letters, digits, "
                 "'_' or '-'",
@@ -175,37 +178,37 @@ def check_labels(labels: Mapping[str, str], where: str) -> dict[str, str]:
 def _check_columns(spec: TableSpec) -> dict[str, Column]:
     what = f"table {spec.name}"
     if not spec.columns:
-        raise _refuse(what, "a table needs at least one column", "/bigquery/docs/schemas")
+        raise refuse(what, "a table needs at least one column", "/bigquery/docs/schemas")
     if len(spec.columns) > MAX_COLUMNS:
-        raise _refuse(
+        raise refuse(
             what, f"{len(spec.columns)} columns; at most {MAX_COLUMNS:,}", "/bigquery/quotas"
         )
     by_name: dict[str, Column] = {}
     seen: set[str] = set()
     for column in spec.columns:
         if not COLUMN_NAME_RE.match(column.name):
-            raise _refuse(
+            raise refuse(
                 what,
                 f"column name {column.name!r}: letters, digits, '_', starting with a letter or "
                 "'_', <= 300 characters",
                 "/bigquery/docs/schemas#column_names",
             )
         if column.name.lower() in seen:
-            raise _refuse(
+            raise refuse(
                 what,
                 f"column {column.name!r} twice: names are unique ignoring case",
                 "/bigquery/docs/schemas#column_names",
             )
         seen.add(column.name.lower())
         if normalize_type(column.type) not in KNOWN_TYPES:
-            raise _refuse(
+            raise refuse(
                 what,
                 f"column {column.name!r} has type {column.type!r}; use a standard SQL type "
                 f"({', '.join(sorted(KNOWN_TYPES))})",
                 "/bigquery/docs/schemas#standard_sql_data_types",
             )
         if normalize_mode(column.mode) not in MODES:
-            raise _refuse(
+            raise refuse(
                 what,
                 f"column {column.name!r} has mode {column.mode!r}; NULLABLE or REQUIRED",
                 "/bigquery/docs/schemas#modes",
@@ -230,39 +233,37 @@ def check_table_spec(spec: TableSpec) -> TableSpec:
     if spec.partition_field is not None:
         column = columns.get(spec.partition_field)
         if column is None or normalize_type(column.type) not in PARTITION_TYPES:
-            raise _refuse(
+            raise refuse(
                 what,
                 f"partition column {spec.partition_field!r} must be a top-level DATE, TIMESTAMP "
                 "or DATETIME column",
                 "/bigquery/docs/partitioned-tables#date_timestamp_partitioned_tables",
             )
     elif spec.require_partition_filter:
-        raise _refuse(
+        raise refuse(
             what,
             "require_partition_filter needs a partitioned table",
             "/bigquery/docs/managing-partitioned-tables#require-filter",
         )
     if len(spec.clustering) > MAX_CLUSTERING_COLUMNS:
-        raise _refuse(
+        raise refuse(
             what,
             f"{len(spec.clustering)} clustering columns; at most {MAX_CLUSTERING_COLUMNS}",
             "/bigquery/docs/clustered-tables#limitations",
         )
     if len(set(spec.clustering)) != len(spec.clustering):
-        raise _refuse(what, "a clustering column is named twice", "/bigquery/docs/clustered-tables")
+        raise refuse(what, "a clustering column is named twice", "/bigquery/docs/clustered-tables")
     for name in spec.clustering:
         column = columns.get(name)
         if column is None or normalize_type(column.type) not in CLUSTER_TYPES:
-            raise _refuse(
+            raise refuse(
                 what,
                 f"clustering column {name!r} must be an existing top-level column of type "
                 f"{', '.join(sorted(CLUSTER_TYPES))}",
                 "/bigquery/docs/clustered-tables#limitations",
             )
     if spec.expiration_days is not None and spec.expiration_days <= 0:
-        raise _refuse(
-            what, "the expiration must be in the future", "/bigquery/docs/managing-tables"
-        )
+        raise refuse(what, "the expiration must be in the future", "/bigquery/docs/managing-tables")
     check_labels(spec.labels, what)
     return spec
 
@@ -276,172 +277,12 @@ def check_destination(destination: str, spec: TableSpec, what: str) -> dt.date |
     """
     table, day = split_destination(destination)
     if table != spec.name:
-        raise _refuse(what, f"destination {destination} is not table {spec.name}", "our specs")
+        raise refuse(what, f"destination {destination} is not table {spec.name}", "our specs")
     if day is not None and spec.partition_field is None:
-        raise _refuse(
+        raise refuse(
             what,
             f"{destination}: the partition decorator $YYYYMMDD needs a DAY-partitioned table, "
             f"and {spec.name} is not partitioned",
             "/bigquery/docs/managing-partitioned-table-data",
         )
     return day
-
-
-def _check_job_basics(job_id: str, labels: Mapping[str, str], disposition: str) -> None:
-    check_job_id(job_id)
-    check_labels(labels, f"job {job_id}")
-    if disposition not in WRITE_DISPOSITIONS:
-        raise _refuse(
-            f"job {job_id}",
-            f"write disposition {disposition!r}; one of {', '.join(sorted(WRITE_DISPOSITIONS))}",
-            "/bigquery/docs/reference/rest/v2/Job#JobConfigurationLoad",
-        )
-
-
-def check_load_job(
-    job_id: str,
-    destination: str,
-    source_uris: Sequence[str],
-    schema: TableSpec,
-    destination_spec: TableSpec,
-    write_disposition: str,
-    labels: Mapping[str, str],
-) -> None:
-    """Refuse a load job BigQuery would refuse.
-
-    Args:
-        job_id / destination / source_uris / write_disposition / labels: the job.
-        schema: the explicit schema the job sends (never autodetect).
-        destination_spec: the destination table's spec (as ensured).
-
-    Raises:
-        RuleViolation: no URI or more than 10,000, a URI with more than one ``*``, a schema
-            that is not the destination's columns, or a rule of :func:`check_destination`.
-    """
-    _check_job_basics(job_id, labels, write_disposition)
-    what = f"load job {job_id}"
-    if not source_uris:
-        raise _refuse(what, "a load job needs at least one source URI", "/bigquery/quotas")
-    if len(source_uris) > MAX_LOAD_URIS:
-        raise _refuse(
-            what,
-            f"{len(source_uris):,} source URIs; at most {MAX_LOAD_URIS:,} per load job (use one "
-            "wildcard URI per folder)",
-            "/bigquery/quotas#load_jobs",
-        )
-    for uri in source_uris:
-        if uri.count("*") > 1:
-            raise _refuse(
-                what,
-                f"{uri}: at most one '*' wildcard per URI",
-                "/bigquery/docs/batch-loading-data#load-wildcards",
-            )
-    check_destination(destination, destination_spec, what)
-    if _column_types(schema.columns) != _column_types(destination_spec.columns):
-        raise _refuse(
-            what,
-            f"its explicit schema differs from table {destination_spec.name}'s columns",
-            "/bigquery/docs/schemas#specifying_a_schema",
-        )
-
-
-def _column_types(columns: Iterable[Column]) -> list[tuple[str, str, str]]:
-    return [(c.name, normalize_type(c.type), normalize_mode(c.mode)) for c in columns]
-
-
-def check_copy_job(
-    job_id: str,
-    destination: str,
-    sources: Sequence[str],
-    source_specs: Mapping[str, TableSpec | None],
-    destination_spec: TableSpec,
-    write_disposition: str,
-    labels: Mapping[str, str],
-) -> None:
-    """Refuse a copy job BigQuery would refuse.
-
-    Args:
-        job_id / destination / sources / write_disposition / labels: the job.
-        source_specs: spec of each source table (without decorator); None if it is missing.
-        destination_spec: the destination table's spec.
-
-    Raises:
-        RuleViolation: no source or more than 1,200; a missing source; a source whose schema,
-            partitioning or clustering differs from the destination's (BigQuery: ``Failed to
-            copy Non partitioned table to Column partitioned table: not supported``); a rule
-            of :func:`check_destination`.
-    """
-    _check_job_basics(job_id, labels, write_disposition)
-    what = f"copy job {job_id}"
-    if not sources:
-        raise _refuse(what, "a copy job needs at least one source table", "/bigquery/quotas")
-    if len(sources) > MAX_COPY_SOURCES:
-        raise _refuse(
-            what,
-            f"{len(sources):,} source tables; at most {MAX_COPY_SOURCES:,} per copy job",
-            "/bigquery/quotas#copy_jobs",
-        )
-    day = check_destination(destination, destination_spec, what)
-    source_doc = "/bigquery/docs/managing-partitioned-tables#copy_partitions"
-    for source in sources:
-        name, source_day = split_destination(source)
-        if day is not None and len(sources) > 1 and source_day != day:
-            raise _refuse(
-                what,
-                f"source {source}: a copy of several sources into the partition {destination} "
-                f"takes each source's partition of that day ({name}${day:%Y%m%d})",
-                "apache/beam PR 21757 (copy jobs do not support a partition destination); "
-                "mozilla/bigquery-etl PR 2228 (partition ids on the sources)",
-            )
-        spec = source_specs.get(name)
-        if spec is None:
-            raise _refuse(what, f"source table {name} does not exist (404 Not found)", source_doc)
-        if spec.partition_field != destination_spec.partition_field:
-            if destination_spec.partition_field and not spec.partition_field:
-                rule = (
-                    f"source {name} is not partitioned and {destination_spec.name} is "
-                    "partitioned on a column: 'Failed to copy Non partitioned table to Column "
-                    "partitioned table: not supported'"
-                )
-            else:
-                rule = (
-                    f"source {name} is partitioned on {spec.partition_field or 'nothing'}, "
-                    f"{destination_spec.name} on {destination_spec.partition_field or 'nothing'}"
-                    ": every source's partitioning must match the destination's"
-                )
-            raise _refuse(what, rule, source_doc + " and apache/airflow PR 42130")
-        if tuple(spec.clustering) != tuple(destination_spec.clustering):
-            raise _refuse(
-                what,
-                f"source {name} is clustered by {list(spec.clustering)}, "
-                f"{destination_spec.name} by {list(destination_spec.clustering)}: clustering "
-                "must match",
-                "apache/beam issue 34571",
-            )
-        if _column_types(spec.columns) != _column_types(destination_spec.columns):
-            raise _refuse(
-                what,
-                f"source {name}'s schema differs from {destination_spec.name}'s",
-                "/bigquery/docs/managing-tables#copy-table",
-            )
-
-
-def check_partition_rows(
-    destination: str, day: dt.date, days_found: Iterable[dt.date | None]
-) -> None:
-    """Refuse a write into ``table$YYYYMMDD`` whose rows belong to other days.
-
-    BigQuery checks this itself while the job runs; the local warehouse calls this with the
-    partition values it found in the job's rows.
-
-    Raises:
-        RuleViolation: with BigQuery's error text, if a value is not ``day``.
-    """
-    others = sorted({str(d) for d in days_found if d != day})
-    if others:
-        raise _refuse(
-            f"the write into {destination}",
-            "Some rows belong to different partitions rather than destination partition "
-            f"{day:%Y%m%d} (found {', '.join(others[:3])})",
-            "mozilla/bigquery-etl PR 4419; /bigquery/docs/managing-partitioned-table-data",
-        )

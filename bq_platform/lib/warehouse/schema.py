@@ -195,7 +195,7 @@ def stage_spec(kind: str, hour: dt.datetime) -> TableSpec:
     BigQuery copies into a column-partitioned table only from sources partitioned and
     clustered the same way (``400 Failed to copy Non partitioned table to Column partitioned
     table: not supported``, apache/airflow PR 42130; clustering: apache/beam issue 34571; see
-    :func:`bq_platform.lib.warehouse.rules.check_copy_job`), so a stage table is the published
+    :func:`bq_platform.lib.warehouse.job_rules.check_copy_job`), so a stage table is the published
     table's spec with its own name, no partition filter requirement, an expiration of
     :data:`STAGE_EXPIRATION_DAYS` days and a ``role: stage`` label. Beam and dbt's
     ``copy_partitions`` build their temporary tables the same way.

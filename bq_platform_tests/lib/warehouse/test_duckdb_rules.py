@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bq_platform.lib.warehouse import rules
+from bq_platform.lib.warehouse import job_rules
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
 from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform_tests.lib.warehouse.rule_cases import (
@@ -116,7 +116,7 @@ def test_duckdb_fails_a_day_copy_holding_another_day_as_bigquery_does(
 
     assert status.done and status.error_reason == "invalid"
     with pytest.raises(RuleViolation) as expected:
-        rules.check_partition_rows("pageviews$19950801", DAY, [next_day.date()])
+        job_rules.check_partition_rows("pageviews$19950801", DAY, [next_day.date()])
     assert str(expected.value) in (status.error_message or "")
     assert wh.partition_rows("pageviews", DAY) == 3
     assert wh.get_job("copy_g1") == status

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from bq_platform.lib.warehouse import rules
+from bq_platform.lib.warehouse import job_rules, rules
 from bq_platform.lib.warehouse.ledger import publish_ledger_spec
 from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import (
@@ -89,7 +89,7 @@ def test_limits_themselves_pass() -> None:
         Case("load-10000-uris", "", job=load_job(job_id=job_id, source_uris=uris), tables=(STAGE,))
     )
     sources = tuple(f"pageviews_stage_{i}$19950801" for i in range(1200))
-    rules.check_copy_job(
+    job_rules.check_copy_job(
         "copy_g0",
         "pageviews$19950801",
         sources,
@@ -129,9 +129,11 @@ def test_split_destination() -> None:
 
 
 def test_partition_rows_of_one_day_only() -> None:
-    rules.check_partition_rows("pageviews$19950801", DAY, [DAY, DAY])
+    job_rules.check_partition_rows("pageviews$19950801", DAY, [DAY, DAY])
     with pytest.raises(RuleViolation) as err:
-        rules.check_partition_rows("pageviews$19950801", DAY, [DAY, DAY + dt.timedelta(1), None])
+        job_rules.check_partition_rows(
+            "pageviews$19950801", DAY, [DAY, DAY + dt.timedelta(1), None]
+        )
     message = str(err.value)
     assert (
         "Some rows belong to different partitions rather than destination partition 19950801"
