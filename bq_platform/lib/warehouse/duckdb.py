@@ -20,17 +20,14 @@ local run fails where BigQuery would. This module supplies only what DuckDB does
 
 Concurrency: DuckDB lets one process at a time open a database file for writing. The file is
 opened on first use and kept until :meth:`DuckDBWarehouse.close`; a locked file is retried
-with exponential backoff and jitter for up to ``lock_timeout_s`` seconds
-(duckdb.org/docs/stable/connect/concurrency).
+for up to ``lock_timeout_s`` seconds (:mod:`bq_platform.lib.warehouse.duckdb_open`).
 """
 
 import contextlib
 import datetime as dt
 import json
 import logging
-import random
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -41,11 +38,11 @@ from bq_platform.lib.warehouse.base import (
     TableExistsError,
     TableInfo,
     Warehouse,
-    WarehouseError,
 )
 from bq_platform.lib.warehouse.compare import SpecDifference
 from bq_platform.lib.warehouse.duckdb_history import JOBS_TABLE, DuckDBJobHistory
 from bq_platform.lib.warehouse.duckdb_jobs import DUCKDB_TYPES, column_ddl, ident
+from bq_platform.lib.warehouse.duckdb_open import open_with_retry
 from bq_platform.lib.warehouse.duckdb_sql import DuckDBSql, _now, _require_aware, _rollback, _utc
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 
@@ -86,12 +83,6 @@ _INTERNAL_DDL = (
         created_at TIMESTAMP WITH TIME ZONE NOT NULL,
         finished_at TIMESTAMP WITH TIME ZONE)""",
 )
-_LOCK_MARKERS = ("Could not set lock", "Conflicting lock")
-_READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
-
-
-def _is_lock_error(exc: BaseException) -> bool:
-    return isinstance(exc, duckdb.IOException) and any(m in str(exc) for m in _LOCK_MARKERS)
 
 
 class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
@@ -110,6 +101,13 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         memory_limit: DuckDB's buffer memory (``SET memory_limit``; beyond it DuckDB spills to
             disk). Its default is 80% of the RAM (duckdb.org/docs/stable/configuration/overview)
             and this is the run's driver process: 1,376 MiB at 16x the bench's lines (issue 9).
+        disabled_compression: DuckDB storage compressions not to use when a checkpoint writes
+            tables (``SET disabled_compression_methods``, comma-separated;
+            duckdb.org/docs/stable/configuration/overview). ``fsst`` by default: compressing
+            strings with FSST was 15-25% of the time of a 1x run's 72 stage loads and one
+            copy (4.0-4.5 s without it, 5.2-5.3 s with it), for a file ~30% smaller (156 ->
+            108-111 MB); ``scripts/bench_duckdb_storage.py``, docs/PERFORMANCE.md (issue 9).
+            ``""`` lets DuckDB use every method (its default).
 
     Raises:
         ValueError: if ``path`` is ``:memory:`` or ``threads`` is below 1.
@@ -129,6 +127,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         lock_timeout_s: float = 120.0,
         threads: int = 1,
         memory_limit: str = "512MB",
+        disabled_compression: str = "fsst",
     ) -> None:
         super().__init__()
         if str(path) == ":memory:":
@@ -140,6 +139,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.threads = threads
         self.memory_limit = memory_limit
+        self.disabled_compression = disabled_compression
         self.metadata_operations: dict[str, int] = {}
         self._lock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -150,50 +150,17 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
 
     # ----------------------------------------------------------------- connections
 
-    def _open(self) -> duckdb.DuckDBPyConnection:
-        """Open the file, retrying while another process holds its lock.
-
-        Raises:
-            WarehouseError: if the lock is still held after ``lock_timeout_s`` seconds, or the
-                file cannot be opened at all.
-        """
-        deadline = time.monotonic() + self.lock_timeout_s
-        delay_s = 0.05
-        waited = False
-        while True:
-            try:
-                return duckdb.connect(str(self.path))
-            except duckdb.Error as exc:
-                if not _is_lock_error(exc):
-                    raise WarehouseError(
-                        f"cannot open the DuckDB warehouse {self.path}: {exc}"
-                    ) from exc
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WarehouseError(
-                        f"the DuckDB warehouse {self.path} is locked by another process (for "
-                        "example `dagster dev` materializing assets, or another bq-platform "
-                        f"run) and stayed locked for {self.lock_timeout_s:.0f} s. DuckDB allows "
-                        "one writing process per file: wait for that run to finish or stop it, "
-                        f"then retry. DuckDB said: {exc}"
-                    ) from exc
-                if not waited:
-                    log.info("DuckDB warehouse %s is locked by another process; waiting", self.path)
-                    waited = True
-                # Exponential backoff with "equal jitter": half fixed, half random.
-                time.sleep(min(remaining, delay_s / 2 + random.uniform(0, delay_s / 2)))
-                delay_s = min(delay_s * 2, 5.0)
-
     @contextlib.contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The instance's connection, in UTC, with the internal tables present."""
         with self._lock:
             if self._con is None:
-                con = self._open()
+                con = open_with_retry(self.path, self.lock_timeout_s)
                 # TIMESTAMPTZ -> DATE casts, naive parameters and returned values use it.
                 con.execute("SET TimeZone = 'UTC'")
                 con.execute(f"SET threads = {int(self.threads)}")
                 con.execute("SET memory_limit = ?", [self.memory_limit])
+                con.execute("SET disabled_compression_methods = ?", [self.disabled_compression])
                 if not self._internal_ready:
                     for ddl in _INTERNAL_DDL:
                         con.execute(ddl)
