@@ -38,8 +38,8 @@ from bq_platform.lib.warehouse.base import (
     JobStatus,
     PublishRecord,
     Warehouse,
-    split_decorator,
 )
+from bq_platform.lib.warehouse.rules import split_destination
 
 MAX_GENERATIONS = 50
 #: Job error reasons worth a new generation after a backoff (error-messages page).
@@ -111,7 +111,7 @@ def stale_reason(
 
     Metadata only (``tables.get``, 0 bytes billed), plus the publish record.
     """
-    table, _ = split_decorator(job.destination)
+    table, _ = split_destination(job.destination)
     info = warehouse.table_info(job.destination)
     if info is None:
         return f"table {table} no longer exists (expired or dropped)"
@@ -274,7 +274,7 @@ def run_idempotent_job(
                 "re-run (the next attempt uses the next generation of this job ID).",
                 status,
             )
-        table, _ = split_decorator(job.destination)
+        table, _ = split_destination(job.destination)
         record = warehouse.read_publish_record(table, partition)
         if action == "skipped" and record is not None and record.fingerprint == fingerprint:
             if record.job_id != job.job_id:  # same content, published by a later generation

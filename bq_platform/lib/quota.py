@@ -11,7 +11,8 @@ headroom for people and other tools).
 import dataclasses
 import datetime as dt
 
-from bq_platform.lib.warehouse.base import Warehouse, split_decorator
+from bq_platform.lib.warehouse.base import Warehouse
+from bq_platform.lib.warehouse.rules import split_destination
 
 BIGQUERY_TABLE_OPERATIONS_PER_DAY = 1500
 
@@ -38,7 +39,7 @@ class JobBudget:
                 says how many were used. Jobs are counted per UTC day; BigQuery's quota day
                 is Pacific time, which the 10% headroom of the default budget absorbs.
         """
-        table, _ = split_decorator(destination)
+        table, _ = split_destination(destination)
         today = (now or dt.datetime.now(dt.UTC)).date()
         used = warehouse.jobs_submitted(table, today)
         if used + 1 > self.per_table_per_day:

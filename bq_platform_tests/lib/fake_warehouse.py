@@ -21,9 +21,9 @@ from bq_platform.lib.warehouse.base import (
     TableExistsError,
     TableInfo,
     Warehouse,
-    split_decorator,
 )
 from bq_platform.lib.warehouse.compare import SpecDifference
+from bq_platform.lib.warehouse.rules import split_destination
 from bq_platform.lib.warehouse.schema import TableSpec, pageviews_spec, stage_spec
 
 UTC = dt.UTC
@@ -105,7 +105,7 @@ class FakeWarehouse(Warehouse):
         """The table expired or was dropped, and ``ensure_table`` made it again, empty."""
         del self.specs[spec.name]
         self.forget_table(spec.name)
-        self.rows = {d: n for d, n in self.rows.items() if split_decorator(d)[0] != spec.name}
+        self.rows = {d: n for d, n in self.rows.items() if split_destination(d)[0] != spec.name}
         self.clock = T_RECREATED
         self.ensure_table(spec)
 
@@ -115,7 +115,7 @@ class FakeWarehouse(Warehouse):
 
     def table_info(self, destination: str) -> TableInfo | None:
         self.calls.append(("table_info", destination))
-        table, _ = split_decorator(destination)
+        table, _ = split_destination(destination)
         if table not in self.specs:
             return None
         return TableInfo(table, self.created[table], self.rows.get(destination, 0))

@@ -57,7 +57,6 @@ __all__ = [
     "TableInfo",
     "Warehouse",
     "WarehouseError",
-    "split_decorator",
 ]
 
 
@@ -173,15 +172,6 @@ class TableInfo:
     table: str
     created: dt.datetime
     rows: int
-
-
-def split_decorator(destination: str) -> tuple[str, dt.date | None]:
-    """``'pageviews$19950801'`` -> ``('pageviews', date(1995, 8, 1))``; no decorator -> None.
-
-    Raises:
-        RuleViolation: (a ValueError) if the name or the decorator is malformed.
-    """
-    return rules.split_destination(destination)
 
 
 def validate_job(job: Job, spec_of: Callable[[str], TableSpec | None]) -> None:
