@@ -250,7 +250,7 @@ def _run(
     )
     runner.clean_attempts()
     click.echo(f"\nfinished in {time.monotonic() - started:.1f} s")
-    runner.print_summary(runner.processed_days or runner.all_days())
+    runner.print_summary(runner.processed_days or runner.landed_days)
     if not ok:
         click.echo(
             "\nSome runs failed; see the messages above, `bq-platform -v run` for every log line, "
