@@ -54,7 +54,8 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
     from bq_platform.lib.objectstore.local import LocalObjectStore
     from bq_platform.lib.publish_plan import build_plan, describe
     from bq_platform.lib.quota import JobBudget
-    from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse, bigquery_client
+    from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+    from bq_platform.lib.warehouse.bigquery_client import bigquery_client
     from bq_platform.lib.warehouse.recording import RecordingSession
 
     settings = _settings()

@@ -120,7 +120,8 @@ class BigQueryWarehouseResource(WarehouseResource):
     api_endpoint: str | None = None
 
     def _build(self) -> Warehouse:
-        from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse, bigquery_client
+        from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+        from bq_platform.lib.warehouse.bigquery_client import bigquery_client
 
         client = bigquery_client(self.project, self.location, api_endpoint=self.api_endpoint)
         return BigQueryWarehouse(

@@ -36,7 +36,8 @@ from bq_platform.lib.warehouse.base import (
     JobFailedError,
     LoadJob,
 )
-from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse, bigquery_client
+from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+from bq_platform.lib.warehouse.bigquery_client import bigquery_client
 from bq_platform.lib.warehouse.schema import pageviews_spec, stage_spec
 from bq_platform_tests.lib.test_bigquery_warehouse import pageview_parquet
 

@@ -31,7 +31,8 @@ from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.quota import JobBudget, QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, WarehouseError
-from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse, bigquery_client
+from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+from bq_platform.lib.warehouse.bigquery_client import bigquery_client
 from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import (
     PAGEVIEW_COLUMNS,

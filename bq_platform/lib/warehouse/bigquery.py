@@ -56,12 +56,9 @@ validated before they are put in backquotes.
 import collections
 import datetime as dt
 import logging
-import re
-from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry_module
-from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import bigquery
 
 from bq_platform.lib.retries import api_retry, query_job_retry
@@ -73,6 +70,13 @@ from bq_platform.lib.warehouse.base import (
     WarehouseError,
 )
 from bq_platform.lib.warehouse.bigquery_cache import TableCache
+from bq_platform.lib.warehouse.bigquery_client import (
+    DATASET_RE,
+    JOB_ID_PREFIX_RE,
+    LOCATION_RE,
+    PROJECT_RE,
+    check_identifier,
+)
 from bq_platform.lib.warehouse.bigquery_jobs import BigQueryJobs, schema_fields
 from bq_platform.lib.warehouse.bigquery_sql import BigQuerySql
 from bq_platform.lib.warehouse.compare import SpecDifference
@@ -80,25 +84,6 @@ from bq_platform.lib.warehouse.ledger import LedgerIndex
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 
 log = logging.getLogger(__name__)
-
-#: GCP project IDs: lowercase letters, digits, hyphens, starting with a letter; optionally
-#: domain-scoped (cloud.google.com/resource-manager/docs/creating-managing-projects). New
-#: projects need 6-30 characters; shorter IDs are accepted so that placeholders such as the
-#: ``p`` of ``bq-platform plan --offline`` examples work.
-PROJECT_RE = re.compile(r"^(?:[a-z0-9.\-]+:)?[a-z][a-z0-9\-]{0,29}$")
-#: Dataset names: letters, digits, underscores, up to 1,024 characters
-#: (cloud.google.com/bigquery/docs/datasets#dataset-naming).
-DATASET_RE = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
-#: Job ID prefixes: the prefix plus our IDs must stay within the job-ID rule.
-JOB_ID_PREFIX_RE = re.compile(r"^[A-Za-z0-9_\-]{0,100}$")
-#: Locations: ``US``, ``EU``, ``europe-west1``...
-LOCATION_RE = re.compile(r"^[A-Za-z0-9\-]{2,64}$")
-
-
-def _check(value: str, pattern: re.Pattern[str], what: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
-        raise ValueError(f"invalid BigQuery {what}: {value!r} (must match {pattern.pattern})")
-    return value
 
 
 def spec_of(table: bigquery.Table) -> TableSpec:
@@ -141,7 +126,8 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
     """Tables and jobs in one BigQuery dataset.
 
     Args:
-        client: a ``google.cloud.bigquery.Client`` (see :func:`bigquery_client`).
+        client: a ``google.cloud.bigquery.Client`` (see
+            :func:`bq_platform.lib.warehouse.bigquery_client.bigquery_client`).
         project: project that holds the dataset and runs the jobs.
         dataset: dataset name; created in ``location`` if missing.
         location: dataset and job location (``US``, ``EU``, ``europe-west1``...).
@@ -181,16 +167,16 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
     ) -> None:
         super().__init__()
         self.client = client
-        self.project = _check(project, PROJECT_RE, "project ID")
-        self.dataset = _check(dataset, DATASET_RE, "dataset name")
-        self.location = _check(location, LOCATION_RE, "location")
+        self.project = check_identifier(project, PROJECT_RE, "project ID")
+        self.dataset = check_identifier(dataset, DATASET_RE, "dataset name")
+        self.location = check_identifier(location, LOCATION_RE, "location")
         self.retry = retry if retry is not None else api_retry()
         self.job_retry = job_retry if job_retry is not None else query_job_retry()
         self.request_timeout_s = request_timeout_s
         self.poll_initial_s = poll_initial_s
         self.poll_max_s = poll_max_s
         self.count_all_users = count_all_users
-        self.job_id_prefix = _check(job_id_prefix, JOB_ID_PREFIX_RE, "job ID prefix")
+        self.job_id_prefix = check_identifier(job_id_prefix, JOB_ID_PREFIX_RE, "job ID prefix")
         self.metadata_requests: collections.Counter[str] = collections.Counter()
         self.partition_reads: collections.Counter[str] = collections.Counter()
         self.rows_listed: collections.Counter[str] = collections.Counter()
@@ -361,41 +347,3 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
     def close(self) -> None:
         """Close the client's HTTP session."""
         self.client.close()
-
-
-def bigquery_client(
-    project: str,
-    location: str,
-    api_endpoint: str | None = None,
-    credentials: Credentials | None = None,
-    http: Any = None,
-) -> bigquery.Client:
-    """Build a ``google.cloud.bigquery.Client``.
-
-    Production (``api_endpoint`` None): Application Default Credentials unless ``credentials``
-    is given. Emulator: ``client_options={"api_endpoint": ...}`` and anonymous credentials
-    (``dagster_gcp.BigQueryResource`` has no endpoint option). ``http`` replaces the transport
-    (a ``requests.Session``; ``bq-platform plan`` passes a recording one).
-
-    Args:
-        project: project that runs the jobs.
-        location: default job location.
-        api_endpoint: base URL of a BigQuery emulator, e.g. ``http://127.0.0.1:9050``.
-        credentials: explicit credentials.
-        http: the HTTP session to send requests through.
-
-    Returns:
-        The client.
-    """
-    _check(project, PROJECT_RE, "project ID")
-    _check(location, LOCATION_RE, "location")
-    options = {"api_endpoint": api_endpoint} if api_endpoint else None
-    if api_endpoint and credentials is None:
-        credentials = AnonymousCredentials()
-    return bigquery.Client(
-        project=project,
-        location=location,
-        credentials=credentials,
-        client_options=options,
-        _http=http,
-    )
