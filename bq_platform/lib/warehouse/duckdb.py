@@ -110,7 +110,8 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             ``""`` lets DuckDB use every method (its default).
 
     Raises:
-        ValueError: if ``path`` is ``:memory:`` or ``threads`` is below 1.
+        ValueError: if ``path`` is ``:memory:`` or ``threads`` is below 1; on first use, if
+            DuckDB does not know a name in ``disabled_compression``.
 
     Attributes:
         path: absolute path of the database file.
@@ -160,7 +161,14 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
                 con.execute("SET TimeZone = 'UTC'")
                 con.execute(f"SET threads = {int(self.threads)}")
                 con.execute("SET memory_limit = ?", [self.memory_limit])
-                con.execute("SET disabled_compression_methods = ?", [self.disabled_compression])
+                try:
+                    con.execute("SET disabled_compression_methods = ?", [self.disabled_compression])
+                except duckdb.Error as exc:
+                    con.close()
+                    raise ValueError(
+                        f"disabled_compression={self.disabled_compression!r}: DuckDB refused "
+                        f"it ({exc}); give names such as 'fsst,dictionary', or '' for none"
+                    ) from exc
                 if not self._internal_ready:
                     for ddl in _INTERNAL_DDL:
                         con.execute(ddl)

@@ -425,6 +425,8 @@ def test_strings_are_stored_without_fsst_unless_asked(wh: DuckDBWarehouse, tmp_p
         assert "FSST" in _string_compressions(other)
     finally:
         other.close()
+    with pytest.raises(ValueError, match="disabled_compression='nope'"):
+        DuckDBWarehouse(tmp_path / "x.duckdb", disabled_compression="nope").table_rows("t")
 
 
 # ----------------------------------------------------------------------- other processes
