@@ -12,10 +12,10 @@ pipeline, for each setting of ``disabled_compression_methods``:
 - the first 24 hours are copied into one table, as a day's copy job does;
 - the connection is closed (its final checkpoint).
 
-It uses the warehouse's own session settings (one thread, 512 MB) and a fresh file per try,
-and prints seconds (loads, of which commits, copy, close, total) and the file size. The lake
-is one that a run left, e.g. ``scripts/benchmark.py --scales 1 --keep --work W`` gives
-``W/home-1x/lake``.
+It opens a fresh file per try through :class:`DuckDBWarehouse` (its session settings: UTC,
+one thread, 512 MB, the compressions to disable) and prints seconds (loads, of which commits,
+copy, close, total) and the file size. The lake is one that a run left, e.g.
+``scripts/benchmark.py --scales 1 --keep --work W`` gives ``W/home-1x/lake``.
 
 Usage: ``python scripts/bench_duckdb_storage.py LAKE [--rounds N] [--settings "" fsst ...]``.
 """
@@ -29,6 +29,8 @@ from pathlib import Path
 
 import duckdb
 
+from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+
 
 def one_try(full: Path, disabled: str, work: Path) -> dict[str, float]:
     """Load every hour of ``full`` with ``disabled_compression_methods = disabled``.
@@ -40,11 +42,27 @@ def one_try(full: Path, disabled: str, work: Path) -> dict[str, float]:
     for path in (db, Path(f"{db}.wal")):
         path.unlink(missing_ok=True)
     hours = sorted(p.name for p in full.iterdir() if p.is_dir())
-    con = duckdb.connect(str(db))
-    con.execute("SET threads = 1")
-    con.execute("SET memory_limit = '512MB'")
-    con.execute("SET disabled_compression_methods = ?", [disabled])
-    started = time.monotonic()
+    warehouse = DuckDBWarehouse(db, disabled_compression=disabled)
+    with warehouse._connect() as con:  # the warehouse's own session settings
+        started = time.monotonic()
+        commits = _load_and_copy(con, full, hours)
+        copied = time.monotonic()
+    warehouse.close()
+    closed = time.monotonic()
+    return {
+        "loads": commits[0] - started,
+        "commits": commits[1],
+        "copy": copied - commits[0],
+        "close": closed - copied,
+        "total": closed - started,
+        "mb": db.stat().st_size / 1e6,
+    }
+
+
+def _load_and_copy(
+    con: duckdb.DuckDBPyConnection, full: Path, hours: list[str]
+) -> tuple[float, float]:
+    """One table per hour (a commit each), then one day's copy; returns (loads done, commit s)."""
     commits = 0.0
     for i, hour in enumerate(hours):
         con.begin()
@@ -61,17 +79,7 @@ def one_try(full: Path, disabled: str, work: Path) -> dict[str, float]:
         + " UNION ALL ".join(f"SELECT * FROM stage_{i}" for i in range(min(24, len(hours))))
     )
     con.commit()
-    copied = time.monotonic()
-    con.close()
-    closed = time.monotonic()
-    return {
-        "loads": loaded - started,
-        "commits": commits,
-        "copy": copied - loaded,
-        "close": closed - copied,
-        "total": closed - started,
-        "mb": db.stat().st_size / 1e6,
-    }
+    return loaded, commits
 
 
 def main() -> None:
