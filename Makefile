@@ -5,6 +5,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The local Spark driver's class archive (bq_platform/lib/spark_cds.py): ~1.5 s off each
+# session's start-up and ~3 s off a cold build; written once per install, ~35 s.
+CDS_ARCHIVE := $(VENV)/share/bq_platform/spark-driver.jsa
 SHARED_DATA ?= ../shared/data
 export BQ_PLATFORM_HOME ?= $(CURDIR)/.bq_platform
 export DAGSTER_HOME ?= $(BQ_PLATFORM_HOME)/dagster_home
@@ -13,7 +16,10 @@ export PYSPARK_PYTHON ?= $(CURDIR)/$(BIN)/python
 
 .PHONY: install run test lint dev bench clean browser
 
-install: $(STAMP)
+install: $(STAMP) $(CDS_ARCHIVE)
+
+$(CDS_ARCHIVE): $(STAMP)
+	$(BIN)/python -m bq_platform.lib.spark_cds $@
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bq_platform.lib.spark_cds import archive_options
+
 #: log4j2 configuration that keeps Spark's console to errors (local masters, unless verbose).
 QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
 #: JVM option of the driver and the executors: HotSpot JIT-compiles no method over 8,000 bytes
@@ -16,6 +18,13 @@ QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
 #: option it runs interpreted, at about 1.7x the CPU (issue 9). Spark documents the same limit
 #: for ``spark.sql.codegen.hugeMethodLimit`` (spark.apache.org/docs/latest/configuration.html).
 JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+#: JVM option of a local driver, which also runs the tasks: the throughput collector instead of
+#: JDK 17's default G1, whose concurrent marking threads and write barriers compete with the two
+#: task threads of a 2-core machine. A cold build of the 1x bench's 72 hours (2.04 M lines,
+#: ``local[2]``, issue 9, docs/PERFORMANCE.md) took 30.8 s (mean of 8 JVMs, 29.3-32.3) with it
+#: against 33.8 s (6 JVMs, 29.8-36.6) with G1; ``-Xms2g`` on top changed nothing beyond the
+#: noise. Cluster masters keep their JVMs' default (executors there have their own cores).
+LOCAL_GC = "-XX:+UseParallelGC"
 
 
 def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[str, Any]:
@@ -29,13 +38,17 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
     Local masters log errors only (:data:`QUIET_LOG4J2`, passed to the driver JVM as
     ``-Dlog4j2.configurationFile``; PySpark starts that JVM with this config), unless
     ``BQ_PLATFORM_SPARK_VERBOSE`` is set (``bq-platform -v``). The driver and the executors get
-    :data:`JIT_HUGE_METHODS`; a ``spark-submit`` outside this config must pass it too.
+    :data:`JIT_HUGE_METHODS`; a ``spark-submit`` outside this config must pass it too. A local
+    driver also gets :data:`LOCAL_GC` and, once ``make install`` wrote it, the class archive of
+    :mod:`bq_platform.lib.spark_cds`.
 
     Returns:
         A dict for ``SparkSession.builder.config`` / ``dagster_pyspark.PySparkResource``.
     """
     quiet = master.startswith("local") and not os.environ.get("BQ_PLATFORM_SPARK_VERBOSE")
     driver_options = [JIT_HUGE_METHODS]
+    if master.startswith("local"):
+        driver_options += [LOCAL_GC, *archive_options()]
     if quiet:
         driver_options.append(f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}")
     return {

@@ -1,0 +1,88 @@
+"""The JVM options of the build's Spark sessions (bq_platform.lib.spark)."""
+
+import subprocess
+import sys
+
+from bq_platform.lib.spark import JIT_HUGE_METHODS, LOCAL_GC, spark_config
+from bq_platform.lib.spark_cds import (
+    ARCHIVE_ENV,
+    QUIET_CDS,
+    archive_options,
+    archive_path,
+    create_archive,
+)
+
+
+def test_a_local_driver_uses_the_throughput_collector_and_clusters_keep_theirs() -> None:
+    for master in ("local[2]", "local[*]", "local"):
+        options = spark_config(master)["spark.driver.extraJavaOptions"].split()
+        assert LOCAL_GC in options and JIT_HUGE_METHODS in options
+    for master in ("spark://host:7077", "yarn", "k8s://https://host:443"):
+        config = spark_config(master)
+        assert LOCAL_GC not in config["spark.driver.extraJavaOptions"].split()
+        assert LOCAL_GC not in config["spark.executor.extraJavaOptions"].split()
+
+
+def test_the_local_session_runs_with_the_parallel_collector(spark) -> None:
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    collectors = {bean.getName() for bean in management.getGarbageCollectorMXBeans()}
+    # HotSpot's names for -XX:+UseParallelGC; G1 would be "G1 Young Generation", ...
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}, collectors
+
+
+def test_the_class_archive_is_used_only_where_it_exists(tmp_path, monkeypatch) -> None:
+    archive = tmp_path / "spark-driver.jsa"
+    monkeypatch.setenv(ARCHIVE_ENV, str(archive))
+    assert archive_options() == []
+    assert not any("SharedArchiveFile" in o for o in _driver_options("local[2]"))
+    archive.write_bytes(b"not an archive")
+    assert archive_options() == [f"-XX:SharedArchiveFile={archive}", QUIET_CDS]
+    assert f"-XX:SharedArchiveFile={archive}" in _driver_options("local[2]")
+    assert not any("SharedArchiveFile" in o for o in _driver_options("spark://host:7077"))
+    monkeypatch.setenv(ARCHIVE_ENV, "")
+    assert archive_path() is None and archive_options() == []
+
+
+def _driver_options(master: str) -> list[str]:
+    return spark_config(master)["spark.driver.extraJavaOptions"].split()
+
+
+def _start_session(options: str) -> subprocess.CompletedProcess:
+    """A local session in a child process with the driver options of spark_config plus
+    ``options``; prints the option list."""
+    code = (
+        "from pyspark.sql import SparkSession\n"
+        "from bq_platform.lib.spark import ensure_local_spark_env, spark_config\n"
+        "ensure_local_spark_env()\n"
+        "config = spark_config('local[1]')\n"
+        f"config['spark.driver.extraJavaOptions'] += ' {options}'\n"
+        "builder = SparkSession.builder\n"
+        "for key, value in config.items():\n"
+        "    builder = builder.config(key, value)\n"
+        "spark = builder.getOrCreate()\n"
+        "assert spark.range(3).count() == 3\n"
+        "spark.stop()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_the_driver_maps_the_class_archive(tmp_path, monkeypatch) -> None:
+    """The archive (make install's, else one written here) is one a driver JVM can map:
+    ``-Xshare:on`` makes HotSpot refuse to start otherwise; a broken file is refused."""
+    archive = archive_path()
+    if archive is None or not archive.is_file():
+        archive = tmp_path / "spark-driver.jsa"
+        create_archive(archive)
+    monkeypatch.setenv(ARCHIVE_ENV, str(archive))
+    started = _start_session("-Xshare:on")
+    assert started.returncode == 0, started.stderr[-2000:]
+
+    broken = tmp_path / "broken.jsa"
+    broken.write_bytes(b"\0" * 4096)
+    monkeypatch.setenv(ARCHIVE_ENV, str(broken))
+    assert _start_session("-Xshare:on").returncode != 0  # the check above can fail
+    quiet = _start_session("")  # without -Xshare:on: ignored, and nothing is printed about it
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "shared archive" not in (quiet.stdout + quiet.stderr).lower()
