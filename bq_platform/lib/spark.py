@@ -21,9 +21,10 @@ JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 #: JVM option of a local driver, which also runs the tasks: the throughput collector instead of
 #: JDK 17's default G1, whose concurrent marking threads and write barriers compete with the two
 #: task threads of a 2-core machine. A cold build of the 1x bench's 72 hours (2.04 M lines,
-#: ``local[2]``, issue 9, docs/PERFORMANCE.md) took 30.8 s (mean of 8 JVMs, 29.3-32.3) with it
-#: against 33.8 s (6 JVMs, 29.8-36.6) with G1; ``-Xms2g`` on top changed nothing beyond the
-#: noise. Cluster masters keep their JVMs' default (executors there have their own cores).
+#: ``local[2]``, issue 9, docs/PERFORMANCE.md) took 31.0 s (mean of 9 JVMs, 29.3-32.3; three of
+#: them also with ``-Xms2g``, which changed nothing beyond the noise) against 33.8 s (6 JVMs,
+#: 29.8-36.6) with G1. Cluster masters keep their JVMs' default (their executors have their
+#: own cores).
 LOCAL_GC = "-XX:+UseParallelGC"
 
 

@@ -17,7 +17,7 @@ and a later JVM with the same JDK and class path maps that file instead
 
 Measured (issue 9, docs/PERFORMANCE.md): with the archive, the session start-up took 2.4-2.5 s
 against 3.9-4.1 s, and a cold build of the 1x bench's 72 hours (2.04 M lines, ``local[2]``)
-31.8-32.8 s against 34.8-36.3 s (three JVMs each, alternating). The archive is ~190 MB.
+31.8-32.8 s against 33.2-36.3 s (three JVMs each, alternating). The archive is ~190 MB.
 """
 
 import datetime as dt
