@@ -47,11 +47,17 @@ def archive_path() -> Path | None:
 
 def archive_options(path: Path | None = None) -> list[str]:
     """JVM options that map the archive at ``path`` (default :func:`archive_path`), or ``[]``
-    when there is no such file."""
+    when there is no such file (or its path holds a quote or backslash). A path with blanks is
+    quoted for Spark's option string (``spark.driver.extraJavaOptions``)."""
     path = path if path is not None else archive_path()
-    if path is None or not path.is_file():
-        return []
-    return [f"-XX:SharedArchiveFile={path}", QUIET_CDS]
+    if path is None or not path.is_file() or any(c in str(path) for c in "\"'\\"):
+        return []  # a quote or backslash would need escaping in Spark's option string
+    option = f"-XX:SharedArchiveFile={path}"
+    if any(c.isspace() for c in option):
+        # ``spark.driver.extraJavaOptions`` is split at blanks unless quoted (Spark's launcher,
+        # ``CommandBuilderUtils.parseOptionString``); unquoted, the JVM would not start.
+        option = f'"{option}"'
+    return [option, QUIET_CDS]
 
 
 def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:

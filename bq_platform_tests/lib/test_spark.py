@@ -1,5 +1,6 @@
 """The JVM options of the build's Spark sessions (bq_platform.lib.spark)."""
 
+import shutil
 import subprocess
 import sys
 
@@ -39,6 +40,13 @@ def test_the_class_archive_is_used_only_where_it_exists(tmp_path, monkeypatch) -
     assert archive_options() == [f"-XX:SharedArchiveFile={archive}", QUIET_CDS]
     assert f"-XX:SharedArchiveFile={archive}" in _driver_options("local[2]")
     assert not any("SharedArchiveFile" in o for o in _driver_options("spark://host:7077"))
+    blank = tmp_path / "a folder" / "spark-driver.jsa"
+    blank.parent.mkdir()
+    blank.write_bytes(b"not an archive")
+    assert archive_options(blank)[0] == f'"-XX:SharedArchiveFile={blank}"'  # one option
+    quote = tmp_path / "it's.jsa"
+    quote.write_bytes(b"not an archive")
+    assert archive_options(quote) == []
     monkeypatch.setenv(ARCHIVE_ENV, "")
     assert archive_path() is None and archive_options() == []
 
@@ -70,10 +78,14 @@ def _start_session(options: str) -> subprocess.CompletedProcess:
 
 def test_the_driver_maps_the_class_archive(tmp_path, monkeypatch) -> None:
     """The archive (make install's, else one written here) is one a driver JVM can map:
-    ``-Xshare:on`` makes HotSpot refuse to start otherwise; a broken file is refused."""
-    archive = archive_path()
-    if archive is None or not archive.is_file():
-        archive = tmp_path / "spark-driver.jsa"
+    ``-Xshare:on`` makes HotSpot refuse to start otherwise; a broken file is refused. The copy
+    sits in a folder with a blank, which Spark's option string must keep in one option."""
+    archive = tmp_path / "with blank" / "spark-driver.jsa"
+    archive.parent.mkdir()
+    installed = archive_path()
+    if installed is not None and installed.is_file():
+        shutil.copyfile(installed, archive)
+    else:
         create_archive(archive)
     monkeypatch.setenv(ARCHIVE_ENV, str(archive))
     started = _start_session("-Xshare:on")
