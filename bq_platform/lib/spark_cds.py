@@ -22,6 +22,7 @@ against 3.9-4.1 s, and a cold build of the 1x bench's 72 hours (2.04 M lines, ``
 
 import datetime as dt
 import gzip
+import logging
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ ARCHIVE_ENV = "BQ_PLATFORM_SPARK_CDS_ARCHIVE"
 #: HotSpot's CDS log tags, silenced: an archive it cannot map is then ignored without output.
 QUIET_CDS = "-Xlog:cds*=off"
 _TRAINING_HOUR = dt.datetime(1995, 8, 1, 12, tzinfo=dt.UTC)
+_LOG = logging.getLogger(__name__)
 
 
 def archive_path() -> Path | None:
@@ -50,14 +52,20 @@ def archive_options(path: Path | None = None) -> list[str]:
     when there is no such file (or its path holds a quote or backslash). A path with blanks is
     quoted for Spark's option string (``spark.driver.extraJavaOptions``)."""
     path = path if path is not None else archive_path()
-    if path is None or not path.is_file() or any(c in str(path) for c in "\"'\\"):
-        return []  # a quote or backslash would need escaping in Spark's option string
-    option = f"-XX:SharedArchiveFile={path}"
-    if any(c.isspace() for c in option):
-        # ``spark.driver.extraJavaOptions`` is split at blanks unless quoted (Spark's launcher,
-        # ``CommandBuilderUtils.parseOptionString``); unquoted, the JVM would not start.
-        option = f'"{option}"'
-    return [option, QUIET_CDS]
+    if path is None or not path.is_file():
+        return []
+    option = _path_option("-XX:SharedArchiveFile", path)
+    return [option, QUIET_CDS] if option else []
+
+
+def _path_option(flag: str, path: Path) -> str | None:
+    """``flag=path`` as one item of ``spark.driver.extraJavaOptions``, which Spark's launcher
+    splits at blanks unless quoted (``CommandBuilderUtils.parseOptionString``; unquoted, the JVM
+    would not start); None for a path with a quote or backslash (they would need escaping)."""
+    if any(c in str(path) for c in "\"'\\"):
+        return None
+    option = f"{flag}={path}"
+    return f'"{option}"' if any(c.isspace() for c in option) else option
 
 
 def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:
@@ -115,7 +123,10 @@ def _train(archive: Path) -> None:
 
     ensure_local_spark_env()
     config = spark_config("local[2]", shuffle_partitions=2)
-    config["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={archive}"
+    dump = _path_option("-XX:ArchiveClassesAtExit", archive)
+    if dump is None:
+        raise ValueError(f"the archive's path must hold no quote or backslash: {archive}")
+    config["spark.driver.extraJavaOptions"] += f" {dump}"
     builder = SparkSession.builder
     for key, value in config.items():
         builder = builder.config(key, value)
@@ -140,21 +151,22 @@ def _train(archive: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m bq_platform.lib.spark_cds [PATH]``: create the archive (default
-    :func:`archive_path`); prints one line and exits 0 even when it fails, since the archive only
+    :func:`archive_path`); logs one line and exits 0 even when it fails, since the archive only
     saves time. ``--train FILE`` is the child process of :func:`create_archive`."""
     if argv[:1] == ["--train"]:
         _train(Path(argv[1]))
         return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     path = Path(argv[0]) if argv else archive_path()
     if path is None:
-        print(f"Spark class archive: off (${ARCHIVE_ENV} is empty)")
+        _LOG.info("Spark class archive: off ($%s is empty)", ARCHIVE_ENV)
         return 0
     try:
         seconds = create_archive(path)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
-        print(f"Spark class archive not created, runs start ~1.5 s slower: {error}")
+        _LOG.warning("Spark class archive not created, runs start ~1.5 s slower: %s", error)
         return 0
-    print(f"Spark class archive: {path} ({path.stat().st_size >> 20} MiB, {seconds:.0f} s)")
+    _LOG.info("Spark class archive: %s (%d MiB, %.0f s)", path, path.stat().st_size >> 20, seconds)
     return 0
 
 
