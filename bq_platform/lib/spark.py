@@ -46,9 +46,10 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
     Returns:
         A dict for ``SparkSession.builder.config`` / ``dagster_pyspark.PySparkResource``.
     """
-    quiet = master.startswith("local") and not os.environ.get("BQ_PLATFORM_SPARK_VERBOSE")
+    local = master.startswith("local")
+    quiet = local and not os.environ.get("BQ_PLATFORM_SPARK_VERBOSE")
     driver_options = [JIT_HUGE_METHODS]
-    if master.startswith("local"):
+    if local:
         driver_options += [LOCAL_GC, *archive_options()]
     if quiet:
         driver_options.append(f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}")

@@ -92,16 +92,8 @@ def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:
         timeout=timeout_s,
         check=False,
     )
-    # The driver JVM writes the archive as it exits; it holds the captured pipes until then, so
-    # it has normally finished here. A size that still changes is waited for (at most 60 s).
-    deadline = time.monotonic() + 60
-    last_size = -1
-    while done.returncode == 0 and time.monotonic() < deadline:
-        size = partial.stat().st_size if partial.exists() else -1
-        if size > 0 and size == last_size:
-            break
-        last_size = size
-        time.sleep(1.0)
+    # The driver JVM writes the archive as it exits, and it holds the captured pipes (PySpark
+    # starts it with the child's stdout and stderr) until then: the file is complete here.
     if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
         raise RuntimeError(
@@ -114,7 +106,7 @@ def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:
 
 def _train(archive: Path) -> None:
     """Run a small build in a session whose driver writes ``archive`` at exit."""
-    from pyspark.sql import SparkSession
+    from dagster_pyspark.resources import spark_session_from_config
 
     from bq_platform.lib.build import build_hours
     from bq_platform.lib.landing import land_file
@@ -127,10 +119,7 @@ def _train(archive: Path) -> None:
     if dump is None:
         raise ValueError(f"the archive's path must hold no quote or backslash: {archive}")
     config["spark.driver.extraJavaOptions"] += f" {dump}"
-    builder = SparkSession.builder
-    for key, value in config.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = spark_session_from_config(config)  # as the Dagster resource starts its session
     with tempfile.TemporaryDirectory() as work:
         log_file = Path(work) / "training.log.gz"
         stamp = _TRAINING_HOUR.strftime("%d/%b/%Y:%H:%M:%S +0000")

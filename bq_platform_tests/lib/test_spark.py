@@ -56,18 +56,15 @@ def _driver_options(master: str) -> list[str]:
 
 
 def _start_session(options: str) -> subprocess.CompletedProcess:
-    """A local session in a child process with the driver options of spark_config plus
-    ``options``; prints the option list."""
+    """A local session in a child process, started as the Dagster resource starts it, with the
+    driver options of spark_config plus ``options``."""
     code = (
-        "from pyspark.sql import SparkSession\n"
+        "from dagster_pyspark.resources import spark_session_from_config\n"
         "from bq_platform.lib.spark import ensure_local_spark_env, spark_config\n"
         "ensure_local_spark_env()\n"
         "config = spark_config('local[1]')\n"
         f"config['spark.driver.extraJavaOptions'] += ' {options}'\n"
-        "builder = SparkSession.builder\n"
-        "for key, value in config.items():\n"
-        "    builder = builder.config(key, value)\n"
-        "spark = builder.getOrCreate()\n"
+        "spark = spark_session_from_config(config)\n"
         "assert spark.range(3).count() == 3\n"
         "spark.stop()\n"
     )
