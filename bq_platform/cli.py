@@ -5,7 +5,8 @@ Commands:
 - ``bq-platform land --site SITE [--source NAME] FILE...``: land the new lines of log files
   (plain or gzip) into the landing zone, split by UTC hour, one manifest per object; a file
   landed again adds only what it gained, and broken landed objects are repaired.
-- ``bq-platform land-tree DIR``: land every file of ``DIR/<site>/`` (site = folder name).
+- ``bq-platform land-tree [--workers N] DIR``: land every file of ``DIR/<site>/`` (site =
+  folder name), several sites at a time in worker processes.
 - ``bq-platform run [--start H --end H]``: build, stage, audit and publish every day with
   landed data not yet processed (or the given UTC hours), as Dagster runs recorded in the
   instance under ``$DAGSTER_HOME`` (default ``.bq_platform/dagster_home``), so ``dagster dev``
@@ -25,13 +26,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bq_platform.cli_plan import plan as plan_command
 from bq_platform.lib.hours import hours_between
 from bq_platform.lib.layout import parse_hour_label
+
+if TYPE_CHECKING:
+    from bq_platform.lib.objectstore.base import ObjectStore
 
 log = logging.getLogger("bq_platform")
 
@@ -152,22 +156,38 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
 
 @main.command("land-tree")
 @click.argument("root", type=click.Path(exists=True, file_okay=False))
-def land_tree(root: str) -> None:
-    """Land every file under ROOT/<site>/ (the folder name is the site; each file a source)."""
-    from bq_platform.lib.landing import LandingError, land_files
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sites landed at once, in worker processes (default: the CPUs this process may use).",
+)
+def land_tree(root: str, workers: int | None) -> None:
+    """Land every file under ROOT/<site>/ (the folder name is the site; each file a source).
 
-    store = _resources()["object_store"].get_store()
-    sites = sorted(p for p in Path(root).iterdir() if p.is_dir())
-    if not sites:
-        raise click.ClickException(f"{root} has no site folders (expected {root}/<site>/<files>)")
-    first_hour = _first_hour()
-    for site_dir in sites:
-        files = sorted(p for p in site_dir.iterdir() if p.is_file() and not p.name.startswith("."))
-        try:
-            landed = land_files(store, site_dir.name, files, first_hour=first_hour, log=log)
-        except (LandingError, ValueError) as exc:
-            raise click.ClickException(str(exc)) from exc
-        click.echo(f"{site_dir.name}: {len(files)} files, {_landed_summary(landed)}")
+    Sites land in parallel (:mod:`bq_platform.lib.landing_tree`); one line per site, in
+    name order.
+    """
+    from bq_platform.lib.landing import LandingError
+    from bq_platform.lib.landing_tree import default_workers, land_sites, site_folders
+
+    try:
+        folders = site_folders(root)
+        for site in land_sites(
+            _landing_store,
+            folders,
+            first_hour=_first_hour(),
+            workers=workers or default_workers(),
+            log=log,
+        ):
+            click.echo(f"{site.site}: {site.files} files, {_landed_summary(site.landed)}")
+    except (LandingError, ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _landing_store() -> "ObjectStore":
+    """The environment's object store (built in each landing worker, after its fork)."""
+    return _resources()["object_store"].get_store()
 
 
 @main.command()

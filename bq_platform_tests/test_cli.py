@@ -140,3 +140,32 @@ def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monk
     assert "1995-08-01: due" in result.output
     assert len(scans) == 1
     assert [[str(d) for d in days] for days in summaries] == [["1995-08-01"]]
+
+
+def test_land_tree_prints_one_line_per_site_in_order_and_one_message_per_failure(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    tree = tmp_path / "tree"
+    line = b'a - - [01/Aug/1995:04:00:01 +0000] "GET / HTTP/1.0" 200 1\n'
+    for site, lines in (("b.example", 2), ("a.example", 3), ("c.example", 4)):
+        (tree / site).mkdir(parents=True)
+        (tree / site / "access.log").write_bytes(line * lines)
+
+    result = CliRunner().invoke(main, ["land-tree", "--workers", "2", str(tree)])
+
+    assert result.exit_code == 0, result.output
+    assert [row.split(":")[0] for row in result.output.splitlines()] == [
+        "a.example",
+        "b.example",
+        "c.example",
+    ]
+    assert "c.example: 1 files, 4 new lines in 1 hours (1 objects written" in result.output
+
+    (tree / "b.example" / "broken.log.gz").write_bytes(b"\x1f\x8bnot gzip")
+    failed = CliRunner().invoke(main, ["land-tree", str(tree)])
+    assert failed.exit_code == 1
+    assert failed.output.count("broken.log.gz") == 1, failed.output
+    assert "Traceback" not in failed.output
+    assert failed.output.splitlines()[0].startswith("a.example: 1 files, 0 new lines")
