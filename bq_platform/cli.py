@@ -140,7 +140,7 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
 
     if source is not None and len(files) != 1:
         raise click.UsageError("--source names one file: give exactly one FILE with it")
-    store = _resources()["object_store"].get_store()
+    store = _landing_store()
     hour = _parse_hour(default_hour) if default_hour else None
     first_hour = _first_hour()
     landed = []

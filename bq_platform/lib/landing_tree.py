@@ -116,8 +116,10 @@ def land_sites(
             yield land_site(make_store, folder, first_hour, log)
         return
     # fork: the workers inherit the imported modules and logging set-up (spawn would import
-    # everything again, ~1 s per worker); see the module docstring about clients.
-    context = multiprocessing.get_context("fork")
+    # everything again, ~1 s per worker); see the module docstring about clients. Where there
+    # is no fork (Windows), spawn: everything a task needs is importable.
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = [pool.submit(land_site, make_store, f, first_hour, log) for f in folders]
         try:
