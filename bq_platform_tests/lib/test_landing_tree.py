@@ -40,6 +40,12 @@ def _store_noting_pid(lake: str) -> LocalObjectStore:
     return LocalObjectStore(lake)
 
 
+def _land(tree: Path, lake: Path, workers: int, store=LocalObjectStore) -> list:
+    """Every site of ``tree`` landed into ``lake`` (``store(lake)`` per site), as a list."""
+    make_store = functools.partial(store, str(lake))
+    return list(land_sites(make_store, site_folders(tree), first_hour=None, workers=workers))
+
+
 def _objects(lake: Path) -> dict[str, bytes]:
     """Every landed object and manifest (and registry entry) by key, without the pid notes."""
     return {
@@ -51,25 +57,10 @@ def _objects(lake: Path) -> dict[str, bytes]:
 
 def test_sites_land_in_worker_processes_exactly_as_one_after_the_other(tmp_path, access_logs):
     tree = _tree(tmp_path / "tree", access_logs)
-    folders = site_folders(tree)
     one, two = tmp_path / "one", tmp_path / "two"
 
-    serial = list(
-        land_sites(
-            functools.partial(_store_noting_pid, str(one)),
-            folders,
-            first_hour=None,
-            workers=1,
-        )
-    )
-    parallel = list(
-        land_sites(
-            functools.partial(_store_noting_pid, str(two)),
-            folders,
-            first_hour=None,
-            workers=2,
-        )
-    )
+    serial = _land(tree, one, workers=1, store=_store_noting_pid)
+    parallel = _land(tree, two, workers=2, store=_store_noting_pid)
 
     assert [s.site for s in parallel] == ["epa.gov", "ksc.nasa.gov", "mirror.ksc.nasa.gov"]
     assert [s.files for s in parallel] == [1, 1, 2]
@@ -80,11 +71,7 @@ def test_sites_land_in_worker_processes_exactly_as_one_after_the_other(tmp_path,
     workers = {p.name for p in (two / "_pids").iterdir()}
     assert str(os.getpid()) not in workers and 1 <= len(workers) <= 2
 
-    again = list(
-        land_sites(
-            functools.partial(LocalObjectStore, str(two)), folders, first_hour=None, workers=2
-        )
-    )
+    again = _land(tree, two, workers=2)
     assert [s.landed for s in again] == [[], [], []]  # nothing new: idempotent
 
 
@@ -96,8 +83,8 @@ def test_a_failing_site_stops_the_tree_with_its_error_and_a_rerun_completes_it(
     bad.parent.mkdir()
     bad.write_bytes(b"no timestamp on this line\n")
     lake = tmp_path / "lake"
-    make_store = functools.partial(LocalObjectStore, str(lake))
 
+    make_store = functools.partial(LocalObjectStore, str(lake))
     seen = []
     with pytest.raises(LandingError) as failure:
         for site in land_sites(make_store, site_folders(tree), first_hour=None, workers=2):
@@ -106,16 +93,9 @@ def test_a_failing_site_stops_the_tree_with_its_error_and_a_rerun_completes_it(
     assert seen == ["epa.gov"]  # folders before the failing one, in order
 
     bad.unlink()
-    rerun = list(land_sites(make_store, site_folders(tree), first_hour=None, workers=2))
+    rerun = _land(tree, lake, workers=2)
     reference = tmp_path / "reference"
-    list(
-        land_sites(
-            functools.partial(LocalObjectStore, str(reference)),
-            site_folders(tree),
-            first_hour=None,
-            workers=1,
-        )
-    )
+    _land(tree, reference, workers=1)
     assert [s.site for s in rerun] == [
         "epa.gov",
         "f.bad.site",
