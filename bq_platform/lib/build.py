@@ -31,8 +31,10 @@ Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
 
 Spark work per pass: one read of the landed gzip (no shuffle: lines are numbered where they are
-read), one persist, two small aggregations and three Parquet writes from the persisted rows (the
-dead letters' only when the pass has some).
+read), one persist, two small aggregations and up to three Parquet writes from the persisted
+rows: ``full``; the sample, collected to the driver and written by pyarrow (one file per hour)
+unless it has more than :data:`DRIVER_SAMPLE_ROWS` rows; the dead letters only when the pass has
+some.
 """
 
 import datetime as dt
@@ -49,6 +51,7 @@ from bq_platform.lib.build_frames import (
     dead_letter_rows,
     rejected_aggregates,
     slim,
+    write_hour_files,
     write_hour_folders,
 )
 from bq_platform.lib.build_read import (
@@ -65,6 +68,7 @@ from bq_platform.lib.hour_manifests import (
     HOUR_FOLDER_COLUMN,
     hour_folder,
     hour_manifests,
+    pageview_arrow_schema,
     sum_counts,
 )
 from bq_platform.lib.manifest import HourManifest, LandedManifest
@@ -81,6 +85,16 @@ from bq_platform.lib.transform import (
 )
 
 _LOG = logging.getLogger(__name__)
+
+#: The most sample rows a pass collects to the driver and writes with pyarrow, one Parquet
+#: file per hour (:func:`~bq_platform.lib.build_frames.write_hour_files`), instead of a Spark
+#: write. A pass's sample is 1 in 200 visitors of at most ``lines_per_pass`` lines (3,653 rows
+#: of the bench's 1x input), and a Spark writer costs a job plus ~12 ms per file it opens: on
+#: the 1x input 1.3-1.7 s a pass against 0.4-0.9 s (docs/PERFORMANCE.md, issue 9). Above it
+#: (a sampled visitor with huge traffic), one Spark task writes them, so the driver never
+#: holds more than about this many rows (~300 bytes each).
+DRIVER_SAMPLE_ROWS = 200_000
+_PAGEVIEW_ARROW = pageview_arrow_schema()
 
 
 def build_hours(
@@ -326,11 +340,12 @@ def _run_spark(
             hour_col = F.col("hour_label").alias(HOUR_FOLDER_COLUMN)
             page_rows = pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
             write_hour_folders(page_rows, store.uri(full_prefix))
-            # One writer for the sample: it is 1 in 200 visitors of at most ``lines_per_pass``
-            # lines, and each file a writer opens costs ~12 ms (~146 files a 72-hour pass with
-            # one writer per hour and task, 2.0-2.3 s; one writer: 72 files, 1.4-1.6 s; issue 9).
-            sample_rows = page_rows.where(F.col("in_sample")).coalesce(1)
-            write_hour_folders(sample_rows, store.uri(sample_prefix))
+            sample_rows = page_rows.where(F.col("in_sample"))
+            n_sample = sum(int(r["sample_rows"]) for r in file_counts)
+            if 0 < n_sample <= DRIVER_SAMPLE_ROWS:
+                write_hour_files(sample_rows.toArrow(), store, sample_prefix, _PAGEVIEW_ARROW)
+            elif n_sample:  # one Spark writer: one file per hour, as on the driver
+                write_hour_folders(sample_rows.coalesce(1), store.uri(sample_prefix))
             # The counts say whether this pass has dead letters; without any, the job (a scan of
             # the cache, 0.3-0.6 s) is skipped: its hours get their empty file like any other.
             if any(r[CATEGORY_REJECTED] or r[CATEGORY_OUT_OF_WINDOW] for r in file_counts):

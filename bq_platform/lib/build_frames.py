@@ -1,13 +1,20 @@
 """The Spark frames of a build's outputs: the slim per-line rows, the dead-letter rows, the
-per-file rejected-line aggregates, and the write into ``hour=`` folders (:mod:`bq_platform.lib.
-build` runs them in its one Spark pass)."""
+per-file rejected-line aggregates, and the writes into ``hour=`` folders, by Spark or, for a
+few rows, by pyarrow on the driver (:mod:`bq_platform.lib.build` runs them in its one Spark
+pass)."""
 
+import io
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.accounting import MAX_SAMPLE_CHARS
-from bq_platform.lib.hour_manifests import _REJECTED, _SAMPLE, HOUR_FOLDER_COLUMN
+from bq_platform.lib.hour_manifests import _REJECTED, _SAMPLE, HOUR_FOLDER_COLUMN, hour_folder
+from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.transform import (
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
@@ -81,3 +88,26 @@ def write_hour_folders(frame: DataFrame, uri: str) -> None:
     """Append ``frame`` as Parquet under ``uri`` in ``hour=YYYY-MM-DDTHH`` folders (from its
     :data:`HOUR_FOLDER_COLUMN`, which the files then do not hold)."""
     frame.write.mode("append").partitionBy(HOUR_FOLDER_COLUMN).parquet(uri)
+
+
+def write_hour_files(rows: pa.Table, store: ObjectStore, prefix: str, schema: pa.Schema) -> int:
+    """Write ``rows`` under ``prefix`` in ``hour=YYYY-MM-DDTHH`` folders with pyarrow, one
+    Parquet file per hour (``part-00000.parquet``), through ``store``; return the files written.
+
+    ``rows`` has ``schema``'s columns (any order; Spark's Arrow types, e.g. large strings, are
+    cast to ``schema``'s) and :data:`HOUR_FOLDER_COLUMN`, which the files do not hold, as in
+    :func:`write_hour_folders`. ``schema`` is what Spark writes for the same table
+    (:func:`~bq_platform.lib.hour_manifests.arrow_schema`), so the load jobs take either file.
+    No rows: no file.
+
+    Raises:
+        pyarrow.ArrowInvalid: a value does not fit ``schema`` (a column of another type).
+    """
+    hours = rows.column(HOUR_FOLDER_COLUMN)
+    labels = pc.unique(hours).to_pylist()
+    for label in labels:
+        hour_rows = rows.filter(pc.equal(hours, label)).select(schema.names).cast(schema)
+        buffer = io.BytesIO()
+        pq.write_table(hour_rows, buffer)
+        store.write_bytes(f"{hour_folder(prefix, label)}/part-00000.parquet", buffer.getvalue())
+    return len(labels)

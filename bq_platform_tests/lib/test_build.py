@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bq_platform.lib import build as build_module
 from bq_platform.lib import jobids, layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
-from bq_platform.lib.build_frames import DEADLETTER_COLUMNS
+from bq_platform.lib.build_frames import DEADLETTER_COLUMNS, write_hour_files
 from bq_platform.lib.build_read import passes
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
 from bq_platform.lib.landing import LandingError
@@ -554,9 +555,10 @@ def test_several_passes_build_what_one_pass_builds(spark, built, caplog) -> None
 
 
 def test_an_hour_of_many_files_has_one_sample_file(spark, access_logs, tmp_path) -> None:
-    """The sample is written by one task (build.py: it is 1 in 200 visitors of a pass, and each
-    file a writer opens costs ~12 ms, docs/PERFORMANCE.md), so an hour whose files were read by
-    several tasks still gets one sample file, holding every sampled row."""
+    """The sample is written on the driver, one file per hour (build.py: it is 1 in 200
+    visitors of a pass, and each file a Spark writer opens costs ~12 ms, docs/PERFORMANCE.md),
+    so an hour whose files were read by several tasks still gets one sample file, holding every
+    sampled row."""
     store = LocalObjectStore(tmp_path / "lake")
     with gzip.open(access_logs / NASA / "nasa-http-19950801.log.gz") as logs:
         hour_lines = [line.rstrip(b"\n") for line in logs if b"01/Aug/1995:00:" in line]
@@ -569,3 +571,59 @@ def test_an_hour_of_many_files_has_one_sample_file(spark, access_logs, tmp_path)
     assert len(manifest.sample_files) == 1
     sample = read_parquet(store, manifest.sample_files)
     assert sample.num_rows == manifest.sample_rows > 0
+
+
+def test_a_large_sample_is_written_by_spark_as_the_driver_writes_a_small_one(
+    spark, built, monkeypatch
+) -> None:
+    """Up to ``DRIVER_SAMPLE_ROWS`` sample rows a pass are collected and written by pyarrow;
+    above it one Spark task writes them (the driver never holds a huge sample). Both give one
+    file per hour, of the same schema, rows and manifests."""
+    assert sum(m.sample_rows for m in built.manifests.values()) > 0  # the fixture has a sample
+    monkeypatch.setattr(build_module, "DRIVER_SAMPLE_ROWS", 0)
+    by_spark = build_hours(spark, built.store, HOURS, attempt_id="spark-sample", visitor_key=KEY)
+    for manifest in by_spark:
+        driver = built.manifests[manifest.hour]
+        assert (manifest.counts, manifest.fingerprint) == (driver.counts, driver.fingerprint)
+        assert len(manifest.sample_files) == len(driver.sample_files) == 1
+        if driver.sample_rows:
+            assert driver.sample_files[0].endswith("/part-00000.parquet")  # pyarrow's
+            assert not manifest.sample_files[0].endswith("/part-00000.parquet")  # Spark's
+        for key in (*manifest.sample_files, *driver.sample_files):
+            assert pq.read_schema(built.store.uri(key)).equals(pageview_arrow_schema()), key
+        spark_rows = read_parquet(built.store, manifest.sample_files).sort_by("event_id")
+        driver_rows = read_parquet(built.store, driver.sample_files).sort_by("event_id")
+        assert spark_rows.equals(driver_rows)
+        assert spark_rows.num_rows == manifest.sample_rows
+
+
+def test_driver_written_hour_files_take_the_spark_schema(tmp_path) -> None:
+    """Arrow from Spark may carry large strings (``useLargeVarTypes``) or another zone name;
+    the files are cast to the schema Spark writes, one per hour, and no rows write nothing."""
+    schema = pageview_arrow_schema()
+    ts = dt.datetime(1995, 8, 1, 4, 5, tzinfo=dt.UTC)
+    row = {f.name: None for f in schema}
+    row.update(event_id="e", event_ts=ts, event_date=ts.date(), site="s", status=200)
+    types = {f.name: pa.large_string() if f.type == pa.string() else f.type for f in schema} | {
+        "event_ts": pa.timestamp("us", tz="Etc/UTC"),
+        "hour": pa.large_string(),
+    }
+    labels = ["1995-08-01T04", "1995-08-01T05", "1995-08-01T04"]
+    rows = pa.Table.from_pylist(
+        [{**row, "event_id": f"e{i}", "hour": label} for i, label in enumerate(labels)],
+        schema=pa.schema(list(types.items())[::-1]),  # another column order too
+    )
+    store = LocalObjectStore(tmp_path)
+
+    assert write_hour_files(rows, store, "p", schema) == 2
+    written = sorted(store.list_keys("p"))
+    assert written == [
+        "p/hour=1995-08-01T04/part-00000.parquet",
+        "p/hour=1995-08-01T05/part-00000.parquet",
+    ]
+    first = pq.read_table(store.uri(written[0]))
+    assert first.schema.equals(schema)
+    assert first.column("event_id").to_pylist() == ["e0", "e2"]
+    assert first.column("event_ts").to_pylist() == [ts, ts]
+    assert write_hour_files(rows.slice(0, 0), store, "q", schema) == 0
+    assert list(store.list_keys("q")) == []
