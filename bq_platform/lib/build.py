@@ -94,7 +94,6 @@ _LOG = logging.getLogger(__name__)
 #: (a sampled visitor with huge traffic), one Spark task writes them, so the driver never
 #: holds more than about this many rows (~300 bytes each).
 DRIVER_SAMPLE_ROWS = 200_000
-_PAGEVIEW_ARROW = pageview_arrow_schema()
 
 
 def build_hours(
@@ -343,7 +342,8 @@ def _run_spark(
             sample_rows = page_rows.where(F.col("in_sample"))
             n_sample = sum(int(r["sample_rows"]) for r in file_counts)
             if 0 < n_sample <= DRIVER_SAMPLE_ROWS:
-                write_hour_files(sample_rows.toArrow(), store, sample_prefix, _PAGEVIEW_ARROW)
+                schema = pageview_arrow_schema()
+                write_hour_files(sample_rows.toArrow(), store, sample_prefix, schema)
             elif n_sample:  # one Spark writer: one file per hour, as on the driver
                 write_hour_folders(sample_rows.coalesce(1), store.uri(sample_prefix))
             # The counts say whether this pass has dead letters; without any, the job (a scan of

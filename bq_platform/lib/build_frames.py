@@ -3,17 +3,20 @@ per-file rejected-line aggregates, and the writes into ``hour=`` folders, by Spa
 few rows, by pyarrow on the driver (:mod:`bq_platform.lib.build` runs them in its one Spark
 pass)."""
 
-import io
-
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.accounting import MAX_SAMPLE_CHARS
-from bq_platform.lib.hour_manifests import _REJECTED, _SAMPLE, HOUR_FOLDER_COLUMN, hour_folder
+from bq_platform.lib.hour_manifests import (
+    _REJECTED,
+    _SAMPLE,
+    HOUR_FOLDER_COLUMN,
+    hour_folder,
+    parquet_bytes,
+)
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.transform import (
     CATEGORY_OUT_OF_WINDOW,
@@ -107,7 +110,7 @@ def write_hour_files(rows: pa.Table, store: ObjectStore, prefix: str, schema: pa
     labels = pc.unique(hours).to_pylist()
     for label in labels:
         hour_rows = rows.filter(pc.equal(hours, label)).select(schema.names).cast(schema)
-        buffer = io.BytesIO()
-        pq.write_table(hour_rows, buffer)
-        store.write_bytes(f"{hour_folder(prefix, label)}/part-00000.parquet", buffer.getvalue())
+        store.write_bytes(
+            f"{hour_folder(prefix, label)}/part-00000.parquet", parquet_bytes(hour_rows)
+        )
     return len(labels)

@@ -65,11 +65,16 @@ def deadletter_arrow_schema() -> pa.Schema:
     return arrow_schema(DEADLETTER_COLUMNS_SPEC)
 
 
+def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as one Parquet file (pyarrow's defaults: snappy, as Spark writes)."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
 def empty_parquet(schema: pa.Schema) -> bytes:
     """A Parquet file of ``schema`` with no rows (a few hundred bytes)."""
-    buffer = io.BytesIO()
-    pq.write_table(schema.empty_table(), buffer)
-    return buffer.getvalue()
+    return parquet_bytes(schema.empty_table())
 
 
 def _parquet_keys(store: ObjectStore, prefix: str) -> list[str]:
