@@ -7,6 +7,7 @@ the transform, counts and writes.
 
 import contextlib
 import datetime as dt
+import functools
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -18,18 +19,23 @@ from bq_platform.lib import layout
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 
-#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them, and
-#: each landed file its own input split (see :func:`read_lines`): Spark packs small files into
-#: one split until ``maxPartitionBytes``, counting ``openCostInBytes`` per file
-#: (``FilePartition.getFilePartitions``); an open cost above any split size packs none.
+#: SQL settings of the Spark part of a build: Parquet timestamps as BigQuery loads them; each
+#: landed file its own input split (see :func:`read_lines`): Spark packs small files into one
+#: split until ``maxPartitionBytes``, counting ``openCostInBytes`` per file
+#: (``FilePartition.getFilePartitions``), and an open cost above any split size packs none; and
+#: a union that concatenates its children's partitions: Spark 4's ``UnionExec`` otherwise takes
+#: its children's output partitioning when they share one, and zips the read tasks of
+#: :func:`read_lines` (one partition each) into a single task (measured: the whole pass on one
+#: core). Set for the whole pass: Spark reads the setting when it plans an action.
 BUILD_SQL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.files.openCostInBytes": str(1 << 40),
+    "spark.sql.unionOutputPartitioning": "false",
 }
 #: ``monotonically_increasing_id()`` is the input partition's index shifted left by 33 bits
 #: plus the row's position in that partition (``pyspark.sql.functions`` docs): the low 33 bits.
 _ROW_IN_SPLIT_MASK = (1 << 33) - 1
-#: Read tasks per core after coalescing the one-file splits (Parquet files per hour and task).
+#: Read tasks per core (:func:`read_groups`), each a run of consecutive landed files.
 _READ_TASKS_PER_CORE = 2
 #: Source lines per Spark pass (issue 9: driver memory flat as the data grows, time linear). A
 #: pass keeps its classified rows in Spark's in-memory cache: 213 MiB for 2,043,576 synthetic
@@ -61,22 +67,32 @@ def sql_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]
 def read_lines(
     spark: SparkSession, store: ObjectStore, files: Sequence[LandedManifest]
 ) -> DataFrame:
-    """All lines of ``files`` in one read, with their file's identity and 1-based line number.
+    """All lines of ``files``, with their file's identity and 1-based line number.
 
     Lines are matched to their landed file by ``input_file_name()``, which is a URI
-    (``file:///...`` for local paths, ``gs://...`` on GCS), not the path we passed. The reader's
-    own list of those URIs (``DataFrame.inputFiles()``, no job) is mapped back to data keys here
-    by their last three segments (``site=<s>/hour=<h>/<name>``, URI-unescaped), so each line
-    only costs one hash-join lookup, on the driver-built broadcast table. A line that still
+    (``file:///...`` for local paths, ``gs://...`` on GCS), not the path we passed. The readers'
+    own lists of those URIs (``DataFrame.inputFiles()``, no job) are mapped back to data keys
+    here by their last three segments (``site=<s>/hour=<h>/<name>``, URI-unescaped), so each
+    line only costs one hash-join lookup, on the driver-built broadcast table. A line that still
     finds no file makes :func:`build_hours` raise.
 
     Line numbers need no shuffle (issue 9: the window over a file ID cost one shuffle and sort
     of every line). A gzip file is unsplittable, and :data:`BUILD_SQL_CONF` makes each file its
     own input split, so the row position in the split, the low bits of
     ``monotonically_increasing_id()`` taken right at the scan, is the 0-based line number. The
-    one-file splits are then coalesced (no shuffle) into ``_READ_TASKS_PER_CORE`` tasks per core:
-    a coalesced task reads its files one after the other, each still numbered by its own split.
-    The build checks that every file's numbers are exactly ``1..lines``.
+    build checks that every file's numbers are exactly ``1..lines``.
+
+    Read tasks: ``_READ_TASKS_PER_CORE`` per core, each a run of consecutive ``files``
+    (:func:`read_groups`; a pass's files come in hour order), read by its own reader whose
+    one-file splits are coalesced into one task (no shuffle: the task reads its files one after
+    the other, each still numbered by its own split); the runs are concatenated (``unionAll``,
+    with :data:`BUILD_SQL_CONF`'s ``spark.sql.unionOutputPartitioning`` off, so that the union
+    keeps one partition per run instead of zipping them into one). A task then holds whole hours
+    but where a run's cut falls inside one, and the writes open one Parquet file per hour
+    folder a task holds (~12 ms each): 72-75 files for a 72-hour pass instead of ~150 from one
+    reader, whose splits Spark orders by size (``FilePartition.getFilePartitions``) and whose
+    coalesce mixes hours. Measured on the bench's 1x input: the writes 3.5 -> 2.5-2.7 s warm,
+    5.4 -> 4.3-4.8 s cold (docs/PERFORMANCE.md).
 
     File listing: over 32 paths, Spark lists them in a job of one task per path (1,200 tasks a
     day, 5-12 s measured); ``parallelPartitionDiscovery.parallelism`` caps that job at one task
@@ -84,14 +100,23 @@ def read_lines(
     """
     by_tail = {m.data_key.split("/", 2)[2]: (i, m) for i, m in enumerate(files)}
     cores = max(1, spark.sparkContext.defaultParallelism)
-    with sql_conf(spark, {"spark.sql.sources.parallelPartitionDiscovery.parallelism": str(cores)}):
-        reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in files])
-    uris, ids = [], []
-    for uri in reader.inputFiles():
-        tail = "/".join(urllib.parse.unquote(uri).rstrip("/").split("/")[-3:])
-        if tail in by_tail:
-            uris.append(uri)
-            ids.append(by_tail[tail][0])
+    uris, ids, scans = [], [], []
+    listing = {"spark.sql.sources.parallelPartitionDiscovery.parallelism": str(cores)}
+    for group in read_groups(files, cores * _READ_TASKS_PER_CORE):
+        with sql_conf(spark, listing):
+            reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in group])
+        for uri in reader.inputFiles():
+            tail = "/".join(urllib.parse.unquote(uri).rstrip("/").split("/")[-3:])
+            if tail in by_tail:
+                uris.append(uri)
+                ids.append(by_tail[tail][0])
+        scans.append(
+            reader.select(
+                F.input_file_name().alias("_uri"),
+                F.monotonically_increasing_id().alias("_mid"),
+                F.col("value").alias("raw"),
+            ).coalesce(1)
+        )
     mapping = spark.createDataFrame(  # from Arrow: a local relation, no Python worker
         pa.table(
             {
@@ -103,11 +128,7 @@ def read_lines(
             }
         )
     )
-    scanned = reader.select(
-        F.input_file_name().alias("_uri"),
-        F.monotonically_increasing_id().alias("_mid"),
-        F.col("value").alias("raw"),
-    ).coalesce(min(len(files), cores * _READ_TASKS_PER_CORE))
+    scanned = functools.reduce(DataFrame.unionAll, scans)
     line_no = F.col("_mid").bitwiseAND(F.lit(_ROW_IN_SPLIT_MASK)) + F.lit(1)
     return scanned.join(F.broadcast(mapping), "_uri", "left").select(
         "site",
@@ -117,6 +138,35 @@ def read_lines(
         line_no.cast("bigint").alias("line_no"),
         "raw",
     )
+
+
+def read_groups(files: Sequence[LandedManifest], tasks: int) -> list[list[LandedManifest]]:
+    """``files`` cut, in their order, into at most ``tasks`` runs of about equal lines.
+
+    Each run is one read task, so with ``files`` in hour order a task holds whole hours but
+    where a cut falls inside one. The cut after the run ``k`` is where the lines read so far
+    (``LandedManifest.lines``) reach ``(k + 1) / tasks`` of the total; no run is empty.
+
+    Raises:
+        ValueError: if ``tasks`` is not positive.
+    """
+    if tasks < 1:
+        raise ValueError(f"read tasks must be positive, got {tasks}")
+    count = min(tasks, len(files))
+    total = sum(m.lines for m in files)
+    groups: list[list[LandedManifest]] = []
+    seen = 0
+    for index, manifest in enumerate(files):
+        left = len(files) - index  # files not yet placed, this one included
+        need_new = not groups or (
+            len(groups) < count
+            and (seen * count >= len(groups) * total or left <= count - len(groups))
+        )
+        if need_new:
+            groups.append([])
+        groups[-1].append(manifest)
+        seen += manifest.lines
+    return groups
 
 
 def passes(

@@ -23,7 +23,7 @@ from bq_platform.lib import jobids, layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.build_frames import DEADLETTER_COLUMNS, write_hour_files
-from bq_platform.lib.build_read import passes
+from bq_platform.lib.build_read import passes, read_groups
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
@@ -519,6 +519,53 @@ def test_passes_cut_whole_hours_in_hour_order() -> None:
     assert passes([], 5) == []
     with pytest.raises(ValueError, match="positive"):
         passes(files, 0)
+
+
+def test_read_groups_keep_file_order_and_balance_lines() -> None:
+    """A pass's files (in hour order) are cut into at most one run per read task, in order,
+    none empty, each holding about an equal share of the lines."""
+
+    def landed(n: int, lines: int) -> LandedManifest:
+        return LandedManifest(NASA, H_NASA_1, f"k/{n}", lines, 1, f"{n:064d}")
+
+    files = [landed(i, lines) for i, lines in enumerate([5, 1, 9, 3, 3, 7, 2, 8, 4, 6, 1, 1])]
+    for tasks in (1, 2, 3, 4, 5, 12, 40):
+        groups = read_groups(files, tasks)
+        assert [f for g in groups for f in g] == files
+        assert len(groups) == min(tasks, len(files))
+        assert all(groups)
+        share = sum(f.lines for f in files) / len(groups)
+        assert max(sum(f.lines for f in g) for g in groups) <= share + max(f.lines for f in files)
+    assert read_groups([], 4) == []
+    with pytest.raises(ValueError, match="positive"):
+        read_groups(files, 0)
+
+
+def test_each_hour_is_written_by_one_read_task(spark, access_logs, tmp_path) -> None:
+    """Issue 9: a Spark writer opens one Parquet file per hour folder a task holds (~12 ms
+    each, docs/PERFORMANCE.md), so read tasks take runs of whole hours: a pass of 8 hours of
+    3 sites each, read by local[2]'s 4 tasks, writes one ``full`` file per hour except where
+    a task boundary falls inside an hour (at most 3 such hours)."""
+    store = LocalObjectStore(tmp_path / "lake")
+    with gzip.open(access_logs / NASA / "nasa-http-19950801.log.gz") as logs:
+        pages = [line.rstrip(b"\n") for line in logs if b"01/Aug/1995:00:" in line][:240]
+    hours = [H_NASA_1 + dt.timedelta(hours=h) for h in range(8)]
+    for h, hour in enumerate(hours):
+        for i, site in enumerate(("a.example", "b.example", "c.example")):
+            text = [
+                line.replace(b"01/Aug/1995:00:", f"01/Aug/1995:{hour:%H}:".encode()).replace(
+                    b"-0400]", b"+0000]"
+                )
+                for line in pages[i * 10 + h : 120 + h : 3]
+            ]
+            land(store, site, hour, text)
+    manifests = build_hours(spark, store, hours, attempt_id="grouped", visitor_key=KEY)
+    assert all(m.rows > 0 for m in manifests)
+    files = [len(m.full_files) for m in manifests]
+    assert max(files) <= 2 and sum(files) <= len(hours) + 3, files
+    assert sum(read_parquet(store, m.full_files).num_rows for m in manifests) == sum(
+        m.rows for m in manifests
+    )
 
 
 def test_several_passes_build_what_one_pass_builds(spark, built, caplog) -> None:
