@@ -13,7 +13,7 @@ the bundled NASA log (``../shared/data/access_logs/ksc.nasa.gov``, 1995-08-01 UT
 day's 24 hours with Spark (``local[2]``) into a local lake and uploads them to the GCS
 emulator, then runs the day through the production ``BigQueryWarehouse`` as
 ``bq_platform_tests/integration/test_emulator_day.py`` does: the audit rows, 24 x 2
-``load_stage_hour``, ``day_completeness``, ``publish_day`` for both kinds and
+``load_stage_hours``, ``day_completeness``, ``publish_day`` for both kinds and
 ``load_day_deadletters``. It does that twice, each time with a new warehouse object over a new
 HTTP session (a run): the first run, then a re-run on the same content.
 
@@ -152,7 +152,7 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
     from bq_platform.lib.publish import (
         KINDS,
         day_completeness,
-        load_stage_hour,
+        load_stage_hours,
         publish_day,
         read_hour_manifest,
     )
@@ -168,12 +168,11 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
     counts = [(day.uploaded[h].counts, day.uploaded[h].fingerprint) for h in hours]
     warehouse.replace_audit_rows(hours, [r for c, f in counts for r in audit_records(c, f, run_id)])
     session.phase("stage loads")
-    for hour in hours:
-        manifest = read_hour_manifest(day.gcs, hour)
-        for kind in KINDS:
-            result = load_stage_hour(
-                warehouse, day.gcs, manifest, kind, asset="stage", run_id=run_id
-            )
+    manifests = [read_hour_manifest(day.gcs, hour) for hour in hours]
+    for kind in KINDS:
+        for result in load_stage_hours(
+            warehouse, day.gcs, manifests, kind, asset="stage", run_id=run_id
+        ):
             if not result.matches:
                 raise RuntimeError(
                     f"{result.table}: {result.table_rows} rows, expected {result.expected_rows}"

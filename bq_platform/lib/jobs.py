@@ -27,7 +27,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from typing import Literal
 
 from bq_platform.lib.quota import JobBudget
@@ -214,7 +214,102 @@ def run_idempotent_job(
         RuleViolation: if BigQuery would refuse the job (nothing was submitted).
         RuntimeError: if :data:`MAX_GENERATIONS` generations are spent.
     """
-    log = log or logging.getLogger(__name__)
+    request = JobRequest(make_job, fingerprint, partition)
+    machine = _job_machine(warehouse, request, budget, log or _progress, sleep)
+    return _finish(warehouse, machine, None, wait_timeout_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRequest:
+    """One job for :func:`run_idempotent_jobs`: :func:`run_idempotent_job`'s arguments of the
+    same names."""
+
+    make_job: Callable[[int], Job]
+    fingerprint: str
+    partition: str
+
+
+def run_idempotent_jobs(
+    warehouse: Warehouse,
+    requests: Sequence[JobRequest],
+    *,
+    budget: JobBudget | None = None,
+    wait_timeout_s: float = 3600.0,
+    log: logging.Logger | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[JobOutcome]:
+    """:func:`run_idempotent_job` for many jobs: every job is submitted before any is waited for.
+
+    BigQuery runs jobs asynchronously: ``jobs.insert`` returns while the job is PENDING, and a
+    load job takes seconds to minutes (cloud.google.com/bigquery/docs/managing-jobs). Submitted
+    one after the other, a backfill's 2 x 24 stage loads a day would wait for each in turn;
+    here the first phase looks every job up and submits (or adopts) it, and the second waits
+    for each in order, so they run side by side. A warehouse that runs a job before
+    ``submit_job`` returns (the local DuckDB one) runs them one after the other, as before.
+    A transient failure is retried as the next generation in the second phase.
+
+    Returns:
+        One :class:`JobOutcome` per request, in order.
+
+    Raises:
+        The first error of any job (see :func:`run_idempotent_job`), after every job already
+        submitted has been waited for and recorded (so a re-run skips those); other jobs'
+        errors are logged as warnings. An error while submitting stops further submissions.
+    """
+    log = log or _progress
+    started: list[tuple[Generator[str, JobStatus, JobOutcome], str | JobOutcome]] = []
+    first_error: BaseException | None = None
+    for request in requests:
+        machine = _job_machine(warehouse, request, budget, log, sleep)
+        try:
+            started.append((machine, next(machine)))
+        except StopIteration as stop:
+            started.append((machine, stop.value))
+        except Exception as exc:
+            first_error = exc
+            break
+    outcomes: list[JobOutcome] = []
+    for machine, state in started:
+        if isinstance(state, JobOutcome):
+            outcomes.append(state)
+            continue
+        try:
+            outcomes.append(_finish(warehouse, machine, state, wait_timeout_s))
+        except Exception as exc:
+            if first_error is None:
+                first_error = exc
+            else:
+                log.warning("another job failed too: %s", exc)
+    if first_error is not None:
+        raise first_error
+    return outcomes
+
+
+def _finish(
+    warehouse: Warehouse,
+    machine: Generator[str, JobStatus, JobOutcome],
+    waiting_for: str | None,
+    wait_timeout_s: float,
+) -> JobOutcome:
+    """Run ``machine`` to its outcome, waiting for each job ID it yields."""
+    try:
+        job_id = next(machine) if waiting_for is None else waiting_for
+        while True:
+            job_id = machine.send(warehouse.wait_job(job_id, timeout_s=wait_timeout_s))
+    except StopIteration as stop:
+        return stop.value
+
+
+def _job_machine(
+    warehouse: Warehouse,
+    request: JobRequest,
+    budget: JobBudget | None,
+    log: logging.Logger,
+    sleep: Callable[[float], None],
+) -> Generator[str, JobStatus, JobOutcome]:
+    """The state machine of one job (module docstring); yields a job ID to wait for, is sent
+    its final status, and returns the :class:`JobOutcome`."""
+    make_job, fingerprint, partition = request.make_job, request.fingerprint, request.partition
     retries = 0
     for generation in range(MAX_GENERATIONS):
         decision = decide(
@@ -247,7 +342,7 @@ def run_idempotent_job(
             action = "skipped"
         assert status is not None
         if not status.done:
-            status = warehouse.wait_job(job.job_id, timeout_s=wait_timeout_s)
+            status = yield job.job_id
         if not status.succeeded:
             if action != "submitted":
                 log.warning("adopted job %s failed (%s)", job.job_id, status.error_reason)

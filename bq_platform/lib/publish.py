@@ -1,8 +1,9 @@
 """The publish protocol: hourly load jobs into stage tables, the completeness gate, and the
 daily copy job into the day partition, each idempotent through deterministic job IDs.
 
-- :func:`load_stage_hour`: the hour's Parquet files named by its manifest -> one load job
-  (``WRITE_TRUNCATE``) into ``pageviews_stage_YYYYMMDDHH`` (or the sample stage table).
+- :func:`load_stage_hours`: each hour's Parquet files named by its manifest -> one load job
+  (``WRITE_TRUNCATE``) into ``pageviews_stage_YYYYMMDDHH`` (or the sample stage table); all
+  hours' jobs are submitted before any is waited for.
 - :func:`day_completeness`: is every hour of a day built, balanced and staged?
 - :func:`publish_day`: one copy job of the day's stage tables into ``pageviews$YYYYMMDD``
   (``WRITE_TRUNCATE``): the day partition is replaced atomically, once per content.
@@ -11,7 +12,7 @@ daily copy job into the day partition, each idempotent through deterministic job
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from bq_platform.lib import quality
 from bq_platform.lib.hours import day_hours
@@ -22,7 +23,7 @@ from bq_platform.lib.jobids import (
     job_id,
     job_labels,
 )
-from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
+from bq_platform.lib.jobs import JobOutcome, JobRequest, run_idempotent_jobs
 from bq_platform.lib.layout import hour_label, hour_manifest_key
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.base import ObjectStore
@@ -108,12 +109,32 @@ def run_plan(
         JobFailedError / QuotaBudgetExceededError / RuleViolation: see
             :func:`~bq_platform.lib.jobs.run_idempotent_job`.
     """
-    warehouse.ensure_table(plan.spec)
-    return run_idempotent_job(
+    (outcome,) = run_plans(warehouse, [plan], budget=budget, log=log)
+    return outcome
+
+
+def run_plans(
+    warehouse: Warehouse,
+    plans: Sequence[JobPlan],
+    *,
+    budget: JobBudget | None = None,
+    log: logging.Logger | None = None,
+) -> list[JobOutcome]:
+    """:func:`run_plan` for many plans: every job is submitted before any is waited for
+    (:func:`~bq_platform.lib.jobs.run_idempotent_jobs`), so BigQuery runs them side by side.
+
+    Returns:
+        One outcome per plan, in order.
+
+    Raises:
+        JobFailedError / QuotaBudgetExceededError / RuleViolation: the first job's error, see
+            :func:`~bq_platform.lib.jobs.run_idempotent_jobs`.
+    """
+    for plan in plans:
+        warehouse.ensure_table(plan.spec)
+    return run_idempotent_jobs(
         warehouse,
-        plan.make_job,
-        fingerprint=plan.fingerprint,
-        partition=plan.partition,
+        [JobRequest(p.make_job, p.fingerprint, p.partition) for p in plans],
         budget=budget,
         log=log,
     )
@@ -179,33 +200,40 @@ def day_copy_plan(
     return JobPlan(spec, make_job, fingerprint, partition)
 
 
-def load_stage_hour(
+def load_stage_hours(
     warehouse: Warehouse,
     store: ObjectStore,
-    manifest: HourManifest,
+    manifests: Sequence[HourManifest],
     kind: str,
     *,
     asset: str,
     run_id: str,
     budget: JobBudget | None = None,
     log: logging.Logger | None = None,
-) -> StageResult:
-    """Load the hour's ``kind`` Parquet files into its stage table, at most once per content.
+) -> list[StageResult]:
+    """Load each hour's ``kind`` Parquet files into its stage table, at most once per content.
+
+    One load job per hour; all of them are submitted before any is waited for
+    (:func:`run_plans`). Returns one :class:`StageResult` per manifest, in order.
 
     Raises:
-        JobFailedError: if the load job fails (bad Parquet, schema drift).
-        QuotaBudgetExceededError: if the stage table's daily budget is spent.
-        RuleViolation: if BigQuery would refuse the table or the job.
+        JobFailedError: if a load job fails (bad Parquet, schema drift); the other hours'
+            jobs are waited for and recorded first.
+        QuotaBudgetExceededError: if a stage table's daily budget is spent.
+        RuleViolation: if BigQuery would refuse a table or a job.
     """
-    plan = stage_load_plan(store, manifest, kind, asset=asset, run_id=run_id)
-    outcome = run_plan(warehouse, plan, budget=budget, log=log)
-    return StageResult(
-        hour=manifest.hour,
-        table=plan.spec.name,
-        outcome=outcome,
-        table_rows=warehouse.table_rows(plan.spec.name),
-        expected_rows=expected_rows(manifest, kind),
-    )
+    plans = [stage_load_plan(store, m, kind, asset=asset, run_id=run_id) for m in manifests]
+    outcomes = run_plans(warehouse, plans, budget=budget, log=log)
+    return [
+        StageResult(
+            hour=manifest.hour,
+            table=plan.spec.name,
+            outcome=outcome,
+            table_rows=warehouse.table_rows(plan.spec.name),
+            expected_rows=expected_rows(manifest, kind),
+        )
+        for manifest, plan, outcome in zip(manifests, plans, outcomes, strict=True)
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

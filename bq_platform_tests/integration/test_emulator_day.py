@@ -6,7 +6,7 @@ without lines are built as empty hours); the Parquet files and manifests go to
 gcp-storage-emulator through ``GCSObjectStore``; then, through the production
 ``BigQueryWarehouse`` on bqemulator:
 
-1. the audit rows of the 24 hours, and 24 x 2 ``load_stage_hour`` (full and sample);
+1. the audit rows of the 24 hours, and ``load_stage_hours`` of the 24 hours, full and sample;
 2. ``day_completeness``: every hour built, balanced, audited, stage rows as written;
 3. ``publish_day``: one WRITE_TRUNCATE copy of the 24 stage tables into
    ``pageviews$19950801`` (and ``pageviews_sample$19950801``); bqemulator cannot copy into a
@@ -45,7 +45,7 @@ from bq_platform.lib.publish import (
     KINDS,
     day_completeness,
     expected_rows,
-    load_stage_hour,
+    load_stage_hours,
     publish_day,
     read_hour_manifest,
 )
@@ -133,11 +133,11 @@ def test_whole_day_on_the_emulators(
         for row in audit_records(uploaded[h].counts, uploaded[h].fingerprint, "r1")
     ]
     warehouse.replace_audit_rows(hours, audit)
-    for hour in hours:
-        manifest = read_hour_manifest(gcs, hour)
-        assert manifest == uploaded[hour]
-        for kind in KINDS:
-            result = load_stage_hour(warehouse, gcs, manifest, kind, asset="stage", run_id="r1")
+    manifests = [read_hour_manifest(gcs, hour) for hour in hours]
+    assert manifests == [uploaded[hour] for hour in hours]
+    for kind in KINDS:
+        results = load_stage_hours(warehouse, gcs, manifests, kind, asset="stage", run_id="r1")
+        for manifest, result in zip(manifests, results, strict=True):
             assert result.outcome.action == "submitted" and result.matches
             assert result.table_rows == result.outcome.rows == expected_rows(manifest, kind)
 

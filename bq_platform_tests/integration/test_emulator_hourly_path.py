@@ -1,7 +1,7 @@
 """The hourly path end to end on the emulators, with a slice of the real NASA log.
 
 real log slice -> ``land_file`` -> ``build_hours`` (Spark, local store) -> Parquet and hour
-manifests uploaded through ``GCSObjectStore`` (gcp-storage-emulator) -> ``load_stage_hour``
+manifests uploaded through ``GCSObjectStore`` (gcp-storage-emulator) -> ``load_stage_hours``
 through ``BigQueryWarehouse`` (bqemulator) reading the ``gs://`` URIs the manifest names ->
 what the hourly checks assert: ``stage_matches_manifest`` (stage rows from table metadata =
 manifest rows, full and sample), the accounting identity per site and hour, the audit rows
@@ -47,7 +47,7 @@ from bq_platform.lib.publish import (
     KINDS,
     day_completeness,
     expected_rows,
-    load_stage_hour,
+    load_stage_hours,
     read_hour_manifest,
 )
 from bq_platform.lib.transform import PAGEVIEW_COLUMN_NAMES
@@ -248,13 +248,13 @@ def test_hourly_path_on_the_emulators_passes_the_hourly_checks(
     shim = BigQueryShim(bq_emulator.endpoint, bq_emulator.project)
     session.responders.append(shim.partition_lists())  # the audit read (GAP-DECORATOR-LIST)
     warehouse = make_warehouse(session)
-    for hour in HOURS:
-        manifest = read_hour_manifest(gcs_store, hour)
-        assert manifest is not None
-        for kind in KINDS:
-            result = load_stage_hour(
-                warehouse, gcs_store, manifest, kind, asset=ASSET[kind], run_id=RUN_ID
-            )
+    manifests = [read_hour_manifest(gcs_store, hour) for hour in HOURS]
+    assert None not in manifests
+    for kind in KINDS:
+        results = load_stage_hours(
+            warehouse, gcs_store, manifests, kind, asset=ASSET[kind], run_id=RUN_ID
+        )
+        for hour, manifest, result in zip(HOURS, manifests, results, strict=True):
             table = stage_spec(kind, hour).name
             want_id = job_id("load", table, hour_partition(hour), manifest.fingerprint)
             assert (result.table, result.outcome.action) == (table, "submitted")
@@ -326,13 +326,11 @@ def test_hourly_path_on_the_emulators_passes_the_hourly_checks(
     # A re-run (a new run, same manifests) submits no job and finds the same rows.
     rerun_session = RecordingSession()
     rerun = make_warehouse(rerun_session)
-    for hour in HOURS:
-        manifest = read_hour_manifest(gcs_store, hour)
-        assert manifest is not None
-        for kind in KINDS:
-            again = load_stage_hour(
-                rerun, gcs_store, manifest, kind, asset=ASSET[kind], run_id="run-e2e-0002"
-            )
+    for kind in KINDS:
+        results = load_stage_hours(
+            rerun, gcs_store, manifests, kind, asset=ASSET[kind], run_id="run-e2e-0002"
+        )
+        for hour, manifest, again in zip(HOURS, manifests, results, strict=True):
             table = stage_spec(kind, hour).name
             assert again.outcome.action == "skipped"
             assert again.outcome.job_id == job_id(
@@ -361,7 +359,9 @@ def test_emulator_still_reads_key_value_folders_as_columns(
     warehouse = make_warehouse(RecordingSession())
     columns = len(stage_spec("full", hour).columns)
     with pytest.raises(JobFailedError, match=f"{columns} columns but {columns + 2} values") as info:
-        load_stage_hour(warehouse, gcs_store, manifest, "full", asset=ASSET["full"], run_id=RUN_ID)
+        load_stage_hours(
+            warehouse, gcs_store, [manifest], "full", asset=ASSET["full"], run_id=RUN_ID
+        )
     assert info.value.status.error_reason == "invalid"  # + attempt, hour: the two folder keys
 
 

@@ -95,6 +95,10 @@ class FakeWarehouse(Warehouse):
     def names(self, *only: str) -> list[str]:
         return [name for name, _ in self.calls if not only or name in only]
 
+    def calls_of(self, *only: str) -> list[tuple[str, str]]:
+        """The calls named ``only``, with their argument, in order."""
+        return [call for call in self.calls if call[0] in only]
+
     def seed(self, status: JobStatus, destination: str = DEST) -> None:
         """A job found in the job history; a succeeded one wrote its rows."""
         self.jobs[status.job_id] = status

@@ -16,7 +16,7 @@ from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish import (
     REJECTED_SHARE_PROBLEM,
     day_completeness,
-    load_stage_hour,
+    load_stage_hours,
     publish_day,
     read_hour_manifest,
 )
@@ -93,25 +93,24 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
     ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
         store, wh = object_store.get_store(), warehouse.get_warehouse()
         started = time.monotonic()
-        results, missing, files = [], [], []
+        manifests, missing = [], []
         for hour in partition_hours(context):
             manifest = read_hour_manifest(store, hour)
             if manifest is None:
                 missing.append(hour_label(hour))
-                continue
-            files += manifest.full_files if kind == "full" else manifest.sample_files
-            results.append(
-                load_stage_hour(
-                    wh,
-                    store,
-                    manifest,
-                    kind,
-                    asset=name,
-                    run_id=context.run_id,
-                    budget=settings.budget(),
-                    log=context.log,
-                )
-            )
+            else:
+                manifests.append(manifest)
+        files = [k for m in manifests for k in (m.full_files if kind == "full" else m.sample_files)]
+        results = load_stage_hours(
+            wh,
+            store,
+            manifests,
+            kind,
+            asset=name,
+            run_id=context.run_id,
+            budget=settings.budget(),
+            log=context.log,
+        )
         if missing:
             raise dg.Failure(
                 f"hours {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''} have no "

@@ -1,0 +1,141 @@
+"""Many idempotent jobs at once (:func:`bq_platform.lib.jobs.run_idempotent_jobs`): every job
+is submitted before any is waited for, so BigQuery runs them side by side; a failure of one
+still lets the others finish and be recorded, and a re-run completes the rest.
+
+Against :class:`~bq_platform_tests.lib.fake_warehouse.FakeWarehouse`, whose jobs can stay
+PENDING after ``jobs.insert`` as BigQuery's do (the local DuckDB warehouse runs a job before
+``submit_job`` returns, so it cannot show the order).
+"""
+
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from bq_platform.lib.jobids import job_id
+from bq_platform.lib.jobs import JobOutcome, JobRequest, run_idempotent_jobs
+from bq_platform.lib.quota import JobBudget, QuotaBudgetExceededError
+from bq_platform.lib.warehouse.base import CopyJob, Job, JobFailedError, JobStatus
+from bq_platform_tests.lib.fake_warehouse import FP_A, STAGE, FakeWarehouse, failed, ok
+
+DAYS = ("19950801", "19950802", "19950803")
+
+
+def jid(day: str, generation: int = 0) -> str:
+    return job_id("copy", "pageviews", day, FP_A, generation)
+
+
+def request(day: str) -> JobRequest:
+    def make(generation: int) -> CopyJob:
+        return CopyJob(
+            job_id=jid(day, generation), sources=(STAGE.name,), destination=f"pageviews${day}"
+        )
+
+    return JobRequest(make, FP_A, day)
+
+
+def pending(job: str) -> JobStatus:
+    return JobStatus(job, "PENDING")
+
+
+class CountingWarehouse(FakeWarehouse):
+    """Counts its own submissions as today's jobs, as ``jobs.list`` would."""
+
+    def _insert_job(self, job: Job) -> JobStatus:
+        self.used_today += 1
+        return super()._insert_job(job)
+
+
+def recorded(wh: FakeWarehouse) -> dict[str, str]:
+    """Partition -> job ID of the publish records written."""
+    return {row["partition_key"]: row["job_id"] for row in wh.ledger}
+
+
+def run_all(wh: FakeWarehouse, budget: JobBudget | None = None, sleeps: list | None = None):
+    sleep: Callable[[float], None] = (sleeps if sleeps is not None else []).append
+    return run_idempotent_jobs(wh, [request(d) for d in DAYS], budget=budget, sleep=sleep)
+
+
+def test_every_job_is_submitted_before_any_is_waited_for() -> None:
+    wh = FakeWarehouse()
+    for n, day in enumerate(DAYS):
+        wh.submit_results[jid(day)] = pending(jid(day))
+        wh.wait_results[jid(day)] = ok(jid(day), rows=10 + n)
+
+    outcomes = run_all(wh)
+
+    assert outcomes == [JobOutcome(jid(d), "submitted", 0, 10 + n) for n, d in enumerate(DAYS)]
+    assert wh.calls_of("_insert_job", "wait_job") == [
+        *[("_insert_job", jid(d)) for d in DAYS],
+        *[("wait_job", jid(d)) for d in DAYS],
+    ]
+    assert recorded(wh) == {d: jid(d) for d in DAYS}
+
+
+def test_jobs_done_at_submission_are_not_waited_for() -> None:
+    """A warehouse that runs the job inside ``submit_job`` (DuckDB) is never polled."""
+    wh = FakeWarehouse()
+    assert [o.action for o in run_all(wh)] == ["submitted"] * 3
+    assert wh.names("wait_job") == []
+    assert run_all(wh) == [JobOutcome(jid(d), "skipped", 0, 7) for d in DAYS]
+
+
+def test_a_failed_job_lets_the_others_finish_and_a_rerun_completes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wh = FakeWarehouse()
+    for day in DAYS:
+        wh.submit_results[jid(day)] = pending(jid(day))
+    wh.wait_results[jid(DAYS[0])] = failed(jid(DAYS[0]), "invalid")
+    wh.wait_results[jid(DAYS[2])] = failed(jid(DAYS[2]), "invalid")
+
+    with caplog.at_level(logging.WARNING, logger="bq_platform.lib.jobs"):
+        with pytest.raises(JobFailedError, match=f"{jid(DAYS[0])} .* failed: invalid"):
+            run_all(wh)
+
+    assert recorded(wh) == {DAYS[1]: jid(DAYS[1])}  # the good job was waited for and recorded
+    assert f"another job failed too: job {jid(DAYS[2])}" in caplog.text  # logged, not raised
+    # after the fix, a re-run skips the recorded day and runs the failed ones' next generation
+    outcomes = run_all(wh)
+    assert [(o.job_id, o.action) for o in outcomes] == [
+        (jid(DAYS[0], 1), "submitted"),
+        (jid(DAYS[1]), "skipped"),
+        (jid(DAYS[2], 1), "submitted"),
+    ]
+    assert recorded(wh) == {
+        DAYS[0]: jid(DAYS[0], 1),
+        DAYS[1]: jid(DAYS[1]),
+        DAYS[2]: jid(DAYS[2], 1),
+    }
+
+
+def test_a_refused_submission_stops_the_rest_and_finishes_the_started() -> None:
+    wh = CountingWarehouse()
+    for day in DAYS:
+        wh.submit_results[jid(day)] = pending(jid(day))
+
+    with pytest.raises(QuotaBudgetExceededError, match="'pageviews'"):
+        run_all(wh, JobBudget(per_table_per_day=1))
+
+    assert wh.names("_insert_job") == ["_insert_job"]  # nothing after the refused one
+    assert wh.calls_of("wait_job") == [("wait_job", jid(DAYS[0]))]
+    assert recorded(wh) == {DAYS[0]: jid(DAYS[0])}
+
+
+def test_a_transient_failure_is_retried_while_waiting() -> None:
+    wh = FakeWarehouse()
+    for day in DAYS:
+        wh.submit_results[jid(day)] = pending(jid(day))
+    wh.wait_results[jid(DAYS[0])] = failed(jid(DAYS[0]), "backendError")
+    sleeps: list[float] = []
+
+    outcomes = run_all(wh, sleeps=sleeps)
+
+    assert [o.job_id for o in outcomes] == [jid(DAYS[0], 1), jid(DAYS[1]), jid(DAYS[2])]
+    assert len(sleeps) == 1
+    # the retry is submitted after the first phase, while the others' turn to wait comes
+    assert [c for c in wh.calls_of("_insert_job", "wait_job")][3:5] == [
+        ("wait_job", jid(DAYS[0])),
+        ("_insert_job", jid(DAYS[0], 1)),
+    ]
+    assert recorded(wh) == {DAYS[0]: jid(DAYS[0], 1), DAYS[1]: jid(DAYS[1]), DAYS[2]: jid(DAYS[2])}
