@@ -101,11 +101,14 @@ class DuckDBWarehouseResource(WarehouseResource):
 
     path: str
     require_partition_filter: bool = False  # DuckDB cannot enforce it; recorded only
+    concurrent_jobs: int = 2
+    """Jobs run side by side, each on one core (``DuckDBWarehouse(concurrent_jobs=...)``):
+    a step's stage loads overlap as BigQuery's do (issue 9)."""
 
     def _build(self) -> Warehouse:
         from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
 
-        return DuckDBWarehouse(self.path)
+        return DuckDBWarehouse(self.path, concurrent_jobs=self.concurrent_jobs)
 
 
 class BigQueryWarehouseResource(WarehouseResource):

@@ -40,6 +40,7 @@ from bq_platform.lib.warehouse.base import (
     Warehouse,
 )
 from bq_platform.lib.warehouse.compare import SpecDifference
+from bq_platform.lib.warehouse.duckdb_background import BackgroundJobs
 from bq_platform.lib.warehouse.duckdb_history import JOBS_TABLE, DuckDBJobHistory
 from bq_platform.lib.warehouse.duckdb_jobs import DUCKDB_TYPES, column_ddl, ident
 from bq_platform.lib.warehouse.duckdb_open import open_with_retry
@@ -108,10 +109,14 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             copy (4.0-4.5 s without it, 5.2-5.3 s with it), for a file ~30% smaller (156 ->
             108-111 MB); ``scripts/bench_duckdb_storage.py``, docs/PERFORMANCE.md (issue 9).
             ``""`` lets DuckDB use every method (its default).
+        concurrent_jobs: jobs run side by side on this many worker threads, each with its own
+            connection (:mod:`~bq_platform.lib.warehouse.duckdb_background`): ``submit_job``
+            returns a RUNNING job, as BigQuery does, and ``wait_job`` waits for it. 1 (the
+            default) runs each job before ``submit_job`` returns.
 
     Raises:
-        ValueError: if ``path`` is ``:memory:`` or ``threads`` is below 1; on first use, if
-            DuckDB does not know a name in ``disabled_compression``.
+        ValueError: if ``path`` is ``:memory:``, or ``threads`` or ``concurrent_jobs`` is below
+            1; on first use, if DuckDB does not know a name in ``disabled_compression``.
 
     Attributes:
         path: absolute path of the database file.
@@ -129,6 +134,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         threads: int = 1,
         memory_limit: str = "512MB",
         disabled_compression: str = "fsst",
+        concurrent_jobs: int = 1,
     ) -> None:
         super().__init__()
         if str(path) == ":memory:":
@@ -139,12 +145,15 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.threads = threads
+        if concurrent_jobs < 1:
+            raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
         self.memory_limit = memory_limit
         self.disabled_compression = disabled_compression
         self.metadata_operations: dict[str, int] = {}
         self._lock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._internal_ready = False
+        self._background = BackgroundJobs(concurrent_jobs)
 
     def __repr__(self) -> str:
         return f"DuckDBWarehouse({str(self.path)!r})"
@@ -176,8 +185,17 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
                 self._con = con
             yield self._con
 
+    def _job_connection(self) -> duckdb.DuckDBPyConnection:
+        """A new connection to this database for a job worker, in UTC."""
+        with self._connect() as con:
+            cursor = con.cursor()
+        cursor.execute("SET TimeZone = 'UTC'")
+        return cursor
+
     def close(self) -> None:
-        """Close the connection and release the file for other processes (idempotent)."""
+        """Wait for running jobs, close the connections and release the file for other
+        processes (idempotent)."""
+        self._background.close()
         with self._lock:
             if self._con is not None:
                 self._con.close()

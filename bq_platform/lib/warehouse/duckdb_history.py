@@ -1,8 +1,10 @@
 """The job half of the DuckDB backend: run jobs and keep BigQuery's job history.
 
 :class:`DuckDBJobHistory` is mixed into :class:`~bq_platform.lib.warehouse.duckdb.
-DuckDBWarehouse`. Jobs run synchronously (:mod:`bq_platform.lib.warehouse.duckdb_jobs`), each
-in one transaction with its row in ``_bq_platform_jobs``, BigQuery's job history: a failed job
+DuckDBWarehouse`. Jobs (:mod:`bq_platform.lib.warehouse.duckdb_jobs`) run on worker threads
+(:mod:`bq_platform.lib.warehouse.duckdb_background`) or, with one worker, before
+``submit_job`` returns; each in one transaction with its row in ``_bq_platform_jobs``,
+BigQuery's job history: a failed job
 leaves the destination as it was and is recorded DONE with BigQuery's error reason; reusing a
 job ID raises :class:`~bq_platform.lib.warehouse.base.JobConflictError` (HTTP 409).
 """
@@ -33,7 +35,13 @@ class DuckDBJobHistory:
     """Jobs of :class:`~bq_platform.lib.warehouse.duckdb.DuckDBWarehouse` (a mixin)."""
 
     def get_job(self, job_id: str) -> JobStatus | None:
-        """Look a job up in the job history; None if no job has this ID."""
+        """Look a job up in the job history; None if no job has this ID.
+
+        A job still running on a worker (:mod:`~bq_platform.lib.warehouse.duckdb_background`)
+        is RUNNING, as BigQuery reports it.
+        """
+        if self._background.running(job_id):
+            return JobStatus(job_id=job_id, state="RUNNING")
         with self._connect() as con:
             row = con.execute(
                 "SELECT job_id, state, error_reason, error_message, output_rows, labels, "
@@ -53,7 +61,11 @@ class DuckDBJobHistory:
         )
 
     def _insert_job(self, job: Job) -> JobStatus:
-        """Run a validated load or copy job synchronously; return its DONE status.
+        """Run a validated load or copy job; return its status.
+
+        With one worker (``concurrent_jobs=1``) the job runs before this returns, DONE. With
+        more, it runs on a worker thread and is returned RUNNING (BigQuery's jobs are
+        asynchronous too); :meth:`wait_job` gives its DONE status.
 
         The job's data change and its history row commit in one transaction. If the job
         fails, the data change is rolled back (the destination is unchanged) and a DONE row
@@ -63,30 +75,45 @@ class DuckDBJobHistory:
             JobConflictError: if a job with this ID exists already (HTTP 409).
             WarehouseError: if the file stays locked or the history cannot be written.
         """
-        kind = "load" if isinstance(job, LoadJob) else "copy"
         created_at = _now()
-        rows: int | None = None
-        reason = message = None
         with self._connect() as con:
             exists = con.execute(
                 f"SELECT count(*) FROM {JOBS_TABLE} WHERE job_id = ?", [job.job_id]
             ).fetchone()
-            if exists and exists[0]:
+            if (exists and exists[0]) or self._background.known(job.job_id):
                 raise JobConflictError(
                     f"job {job.job_id} already exists (409 duplicate); look it up instead"
                 )
+            if self._background.workers == 1:
+                return self._execute_job(con, job, created_at)
+        table, _ = rules.split_destination(job.destination)
+        self._background.start(
+            job.job_id,
+            table,
+            lambda cursor: self._execute_job(cursor, job, created_at),
+            self._job_connection,
+        )
+        return JobStatus(job_id=job.job_id, state="RUNNING")
+
+    def _execute_job(
+        self, con: duckdb.DuckDBPyConnection, job: Job, created_at: dt.datetime
+    ) -> JobStatus:
+        """Run ``job`` and record it, in one transaction on ``con``; its DONE status."""
+        kind = "load" if isinstance(job, LoadJob) else "copy"
+        rows: int | None = None
+        reason = message = None
+        con.begin()
+        try:
+            run = duckdb_jobs.run_load if isinstance(job, LoadJob) else duckdb_jobs.run_copy
+            rows = run(con, job, lambda name: self._spec_or_none(con, name))  # type: ignore[arg-type]
+        except Exception as exc:  # every failure becomes a failed job, as in BigQuery
+            _rollback(con)
+            reason, message = duckdb_jobs.classify(exc)
+            message = f"{kind} job {job.job_id} -> {job.destination}: {message}"
+            log.warning("%s", message, exc_info=exc if reason == "internalError" else None)
             con.begin()
-            try:
-                run = duckdb_jobs.run_load if isinstance(job, LoadJob) else duckdb_jobs.run_copy
-                rows = run(con, job, lambda name: self._spec_or_none(con, name))  # type: ignore[arg-type]
-            except Exception as exc:  # every failure becomes a failed job, as in BigQuery
-                _rollback(con)
-                reason, message = duckdb_jobs.classify(exc)
-                message = f"{kind} job {job.job_id} -> {job.destination}: {message}"
-                log.warning("%s", message, exc_info=exc if reason == "internalError" else None)
-                con.begin()
-            status = self._record_job(con, job, kind, created_at, rows, reason, message)
-            con.commit()
+        status = self._record_job(con, job, kind, created_at, rows, reason, message)
+        con.commit()
         if reason is None:
             log.debug("%s job %s -> %s: %d rows", kind, job.job_id, job.destination, rows)
         return status
@@ -140,19 +167,24 @@ class DuckDBJobHistory:
         )
 
     def wait_job(self, job_id: str, timeout_s: float = 3600.0) -> JobStatus:
-        """Return the job's status; local jobs are synchronous, so it is already DONE.
+        """Wait for a job running on a worker, or look a finished one up; its DONE status.
 
         Raises:
-            WarehouseError: if no job has this ID.
+            TimeoutError: if the job runs longer than ``timeout_s`` seconds.
+            WarehouseError: if no job has this ID, or its history row could not be written.
         """
-        status = self.get_job(job_id)
+        status = self._background.wait(job_id, timeout_s)
+        if status is None:
+            status = self.get_job(job_id)
         if status is None:
             raise WarehouseError(f"no job {job_id!r} in the warehouse's job history")
         return status
 
     def jobs_submitted(self, table: str, day: dt.date) -> int:
         """Jobs (failed ones too, as BigQuery counts them) with destination ``table`` created
-        on UTC ``day``, from the job history."""
+        on UTC ``day``, from the job history, plus those still running on a worker (counted
+        first: one that ends meanwhile counts twice, so a budget errs on the safe side)."""
+        running = self._background.in_flight(table)
         start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
         with self._connect() as con:
             row = con.execute(
@@ -160,4 +192,4 @@ class DuckDBJobHistory:
                 "AND created_at >= ? AND created_at < ?",
                 [table, start, start + dt.timedelta(days=1)],
             ).fetchone()
-        return int(row[0]) if row else 0
+        return running + (int(row[0]) if row else 0)
