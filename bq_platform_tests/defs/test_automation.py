@@ -11,6 +11,7 @@ import pytest
 
 from bq_platform.defs.automation import pageviews_automation_sensor, run_days
 from bq_platform.lib.hours import hour_label
+from bq_platform.lib.planning import is_closed
 from bq_platform_tests.defs.conftest import Pipeline
 
 pytestmark = pytest.mark.spark
@@ -98,13 +99,17 @@ def test_an_hour_not_yet_closed_is_left_alone_and_a_new_closed_hour_is_requested
 
     previous = current - dt.timedelta(hours=2)  # ended more than 15 minutes ago
     pipeline.land(previous, 10)
+    before = dt.datetime.now(UTC)
     (request,) = tick(pipeline)
+    after = dt.datetime.now(UTC)
     # Only the closed hour with data; the open hour and the day's empty hours wait.
     label = hour_label(previous)
     if previous.date() == current.date():
         assert hourly_range(request) == (label, label)
-    else:  # just after midnight: yesterday is closed, so all its hours are due
-        assert hourly_range(request)[1] == f"{previous.date()}T23"
+    else:  # just after midnight: once yesterday's last hour is closed, all its hours are due
+        last = dt.datetime.combine(previous.date(), dt.time(23), tzinfo=UTC)
+        ends = {hour_label(last) if is_closed(last, now) else label for now in (before, after)}
+        assert hourly_range(request)[1] in ends
 
 
 def test_run_days_reads_hourly_ranges_and_daily_partitions():
