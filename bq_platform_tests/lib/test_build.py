@@ -24,6 +24,7 @@ from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.build_frames import DEADLETTER_COLUMNS, write_hour_files
 from bq_platform.lib.build_read import passes, read_groups
+from bq_platform.lib.deliveries import landed_hour
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
@@ -244,6 +245,31 @@ def test_pages_are_pseudonymized_and_sampled_by_visitor(built) -> None:
     assert len({r["event_id"] for r in all_full}) == len(all_full)
     assert 0 < len(all_sample) < len(all_full) / 20  # 1 in 200 visitors, here a handful
     assert SAMPLE_MODULUS == 200
+
+
+def test_event_ids_hash_the_landed_file_and_line(built) -> None:
+    """Each written page's event_id is the SHA-256 of '<landed file's sha256>:<line number>'
+    (transform.py), computed here from the landed files and the Python reference rules."""
+    expected = set()
+    for (site, hour), lines in built.landed.items():
+        (kept,) = [d.manifest for d in landed_hour(built.store, site, hour)[0] if not d.duplicate]
+        for line_no, raw in enumerate(lines, 1):
+            parsed = lf.parse_line(raw.decode("utf-8", errors="replace"))
+            request = parsed.parsed_request
+            if (
+                parsed.reason is None
+                and parsed.timestamp.replace(minute=0, second=0) == hour
+                and request
+                and is_page(request.method, request.path, parsed.status)
+            ):
+                expected.add(hashlib.sha256(f"{kept.sha256}:{line_no}".encode()).hexdigest())
+    written = [
+        event_id
+        for m in built.manifests.values()
+        for event_id in read_parquet(built.store, m.full_files).column("event_id").to_pylist()
+    ]
+    assert len(written) == len(expected) > 0
+    assert set(written) == expected
 
 
 def test_dead_letters_keep_reason_and_raw_line(built) -> None:
