@@ -244,9 +244,10 @@ def run_idempotent_jobs(
     load job takes seconds to minutes (cloud.google.com/bigquery/docs/managing-jobs). Submitted
     one after the other, a backfill's 2 x 24 stage loads a day would wait for each in turn;
     here the first phase looks every job up and submits (or adopts) it, and the second waits
-    for each in order, so they run side by side. A warehouse that runs a job before
-    ``submit_job`` returns (the local DuckDB one) runs them one after the other, as before.
-    A transient failure is retried as the next generation in the second phase.
+    for each in order, so they run side by side. The local DuckDB warehouse does the same on
+    its worker threads (``concurrent_jobs``; with 1 it runs each job before ``submit_job``
+    returns, so one after the other). A transient failure is retried as the next generation in
+    the second phase.
 
     Returns:
         One :class:`JobOutcome` per request, in order.
