@@ -55,6 +55,11 @@ def expected_rows(manifest: HourManifest, kind: str) -> int:
     return manifest.rows if kind == "full" else manifest.sample_rows
 
 
+def stage_files(manifest: HourManifest, kind: str) -> list[str]:
+    """The object keys of the hour's ``kind`` Parquet files its manifest names."""
+    return list(manifest.full_files if kind == "full" else manifest.sample_files)
+
+
 def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
     """The hour's manifest, or None if the hour was never built."""
     key = hour_manifest_key(hour)
@@ -145,8 +150,7 @@ def stage_load_plan(
 ) -> JobPlan:
     """The WRITE_TRUNCATE load job of one hour's ``kind`` Parquet files into its stage table."""
     spec = stage_spec(kind, manifest.hour)
-    files = manifest.full_files if kind == "full" else manifest.sample_files
-    uris = tuple(store.uri(key) for key in files)
+    uris = tuple(store.uri(key) for key in stage_files(manifest, kind))
     partition = hour_partition(manifest.hour)
     fingerprint = manifest.fingerprint
 

@@ -19,6 +19,7 @@ from bq_platform.lib.publish import (
     load_stage_hours,
     publish_day,
     read_hour_manifest,
+    stage_files,
 )
 from bq_platform.lib.sampling_check import sample_ratio
 
@@ -100,7 +101,7 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 missing.append(hour_label(hour))
             else:
                 manifests.append(manifest)
-        files = [k for m in manifests for k in (m.full_files if kind == "full" else m.sample_files)]
+        files = [key for m in manifests for key in stage_files(m, kind)]
         results = load_stage_hours(
             wh,
             store,

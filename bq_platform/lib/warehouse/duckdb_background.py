@@ -32,15 +32,11 @@ class BackgroundJobs:
     exist from the first :meth:`start` to :meth:`close`.
 
     Args:
-        workers: threads (at least 1); with DuckDB's ``threads = 1`` each job uses one core.
-
-    Raises:
-        ValueError: if ``workers`` is below 1.
+        workers: threads (the warehouse checks it is at least 1); with DuckDB's
+            ``threads = 1`` each job uses one core.
     """
 
     def __init__(self, workers: int) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}")
         self.workers = workers
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._local = threading.local()
@@ -118,4 +114,3 @@ class BackgroundJobs:
             self._jobs.clear()
         for cursor in cursors:
             cursor.close()
-        self._local = threading.local()
