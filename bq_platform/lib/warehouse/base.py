@@ -354,7 +354,8 @@ class Warehouse(abc.ABC):
     def read_publish_record(self, destination: str, partition: str) -> PublishRecord | None:
         """The latest :class:`PublishRecord` for a destination partition, or None."""
         rules.check_table_name(destination)
-        if self.table_info(ledger.PUBLISH_LEDGER_TABLE) is None:
+        ensured = ledger.PUBLISH_LEDGER_TABLE in self._ensured  # exists: no metadata read
+        if not ensured and self.table_info(ledger.PUBLISH_LEDGER_TABLE) is None:
             return None
         return ledger.latest(self._ledger_rows(destination, partition))
 

@@ -281,18 +281,29 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         return self.describe_table(table)
 
     @staticmethod
-    def _write_layout(con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
-        """Insert or update the table's layout row; ``created_at``/``expires_at`` are kept
-        from the first creation, as BigQuery's ``creationTime``/``expirationTime``."""
+    def _write_layout(
+        con: duckdb.DuckDBPyConnection, spec: TableSpec, *, created: bool = False
+    ) -> None:
+        """Write the table's layout row. A patch (``created=False``) updates it and keeps
+        ``created_at``/``expires_at`` from the first creation, as BigQuery's
+        ``creationTime``/``expirationTime``; a creation replaces any row a table of that name
+        left behind. (A DELETE and a plain INSERT: 1.1 ms with the commit, against 1.7 ms for
+        ``INSERT OR REPLACE`` or ``ON CONFLICT``; issue 9.)"""
         now = _now()
         expires = None if spec.expiration_days is None else now + dt.timedelta(spec.expiration_days)
-        con.execute(
-            f"INSERT INTO {TABLES_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (table_name) DO UPDATE SET partition_field = excluded.partition_field, "
+        if created:
+            con.execute(f"DELETE FROM {TABLES_TABLE} WHERE table_name = ?", [spec.name])
+        on_existing = (
+            ""
+            if created
+            else " ON CONFLICT (table_name) DO UPDATE SET partition_field = excluded.partition_field, "
             "clustering = excluded.clustering, "
             "require_partition_filter = excluded.require_partition_filter, "
             "labels = excluded.labels, description = excluded.description, "
-            "updated_at = excluded.updated_at",
+            "updated_at = excluded.updated_at"
+        )
+        con.execute(
+            f"INSERT INTO {TABLES_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?){on_existing}",
             [
                 spec.name,
                 spec.partition_field,
@@ -311,13 +322,15 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         self._count_metadata(spec.name)
         if spec.name in _INTERNAL:
             raise ValueError(f"table name {spec.name} is reserved by the DuckDB warehouse")
+        columns = ", ".join(column_ddl(c) for c in spec.columns)
         with self._transaction() as con:
-            if self._columns(con, spec.name):
-                raise TableExistsError(f"Already Exists: Table {spec.name}")
-            columns = ", ".join(column_ddl(c) for c in spec.columns)
-            con.execute(f"CREATE TABLE {ident(spec.name)} ({columns})")
-            con.execute(f"DELETE FROM {TABLES_TABLE} WHERE table_name = ?", [spec.name])
-            self._write_layout(con, spec)
+            try:
+                con.execute(f"CREATE TABLE {ident(spec.name)} ({columns})")
+            except duckdb.CatalogException as exc:
+                if "already exists" not in str(exc):
+                    raise
+                raise TableExistsError(f"Already Exists: Table {spec.name}") from None
+            self._write_layout(con, spec, created=True)
         log.info("created table %s (%d columns)", spec.name, len(spec.columns))
 
     def _patch_table(self, spec: TableSpec, diff: SpecDifference) -> None:
@@ -337,23 +350,30 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         """Creation time and rows of a table or of ``table$YYYYMMDD`` (``count(*)``)."""
         table, day = rules.split_destination(destination)
         with self._connect() as con:
+            if day is None:  # one statement: a stage load reads this twice (issue 9)
+                try:
+                    rows, created = con.execute(
+                        f"SELECT (SELECT count(*) FROM {ident(table)}), (SELECT created_at FROM "
+                        f"{TABLES_TABLE} WHERE table_name = ?)",
+                        [table],
+                    ).fetchone()
+                except duckdb.CatalogException:
+                    return None
+                return TableInfo(table=table, created=_utc(created) or _now(), rows=int(rows))
             found = self._spec_in(con, table)
             if found is None:
                 return None
             spec, created = found
-            if day is None:
-                row = con.execute(f"SELECT count(*) FROM {ident(table)}").fetchone()
-            else:
-                if spec.partition_field is None:
-                    raise rules.RuleViolation(
-                        f"BigQuery would refuse {destination}: {table} is not partitioned, so it "
-                        "takes no $YYYYMMDD decorator (source: "
-                        "/bigquery/docs/managing-partitioned-table-data)"
-                    )
-                row = con.execute(
-                    f"SELECT count(*) FROM {ident(table)} WHERE {ident(spec.partition_field)} = ?",
-                    [day],
-                ).fetchone()
+            if spec.partition_field is None:
+                raise rules.RuleViolation(
+                    f"BigQuery would refuse {destination}: {table} is not partitioned, so it "
+                    "takes no $YYYYMMDD decorator (source: "
+                    "/bigquery/docs/managing-partitioned-table-data)"
+                )
+            row = con.execute(
+                f"SELECT count(*) FROM {ident(table)} WHERE {ident(spec.partition_field)} = ?",
+                [day],
+            ).fetchone()
         return TableInfo(table=table, created=created, rows=int(row[0]) if row else 0)
 
     def drop_expired_tables(self, now: dt.datetime | None = None) -> list[str]:

@@ -26,6 +26,7 @@ from bq_platform.lib.warehouse.base import (
     CopyJob,
     PublishRecord,
     SchemaMismatchError,
+    TableExistsError,
     WarehouseError,
 )
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
@@ -244,7 +245,52 @@ def test_table_info_from_metadata(wh: DuckDBWarehouse, tmp_path: Path) -> None:
         wh.partition_rows("flat", DAY1)
 
 
+def test_creating_an_existing_table_is_a_409_and_changes_nothing(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    table = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+    other = DuckDBWarehouse(tmp_path / "state" / "warehouse.duckdb")  # shares wh's file
+    other._con, other._internal_ready = wh._con, True  # ... and its open connection
+    with pytest.raises(TableExistsError, match=f"Already Exists: Table {table}"):
+        other._create_table(stage_spec("full", HOUR))
+    assert wh.table_rows(table) == 3
+
+
+def test_a_new_table_replaces_the_layout_row_a_dropped_one_left(wh: DuckDBWarehouse) -> None:
+    spec = TableSpec("flat", PAGEVIEW_COLUMNS, description="first")
+    wh.ensure_table(spec)
+    first = wh.table_info("flat")
+    with wh._connect() as con:  # dropped outside the warehouse: its layout row stays
+        con.execute('DROP TABLE "flat"')
+    wh.forget_table("flat")
+    time.sleep(0.01)
+    wh.ensure_table(dataclasses.replace(spec, description="second"))
+
+    again = wh.table_info("flat")
+    assert first is not None and again is not None and again.created > first.created
+    assert wh.describe_table("flat").description == "second"  # type: ignore[union-attr]
+    (count,) = wh.query("SELECT count(*) AS n FROM _bq_platform_tables WHERE table_name = 'flat'")
+    assert count["n"] == 1
+
+
 # ----------------------------------------------------------------------- publish records
+
+
+def test_reading_a_publish_record_reads_no_metadata_once_the_ledger_is_ensured(
+    wh: DuckDBWarehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    table_info = wh.table_info
+    monkeypatch.setattr(wh, "table_info", lambda t: reads.append(t) or table_info(t))
+    assert wh.read_publish_record("pageviews", "19950801") is None
+    assert reads == ["_bq_platform_published"]  # does the ledger exist yet?
+    record = PublishRecord(
+        "pageviews", "19950801", "job_g0", "f" * 64, 10, dt.datetime(2024, 1, 1, 12, tzinfo=UTC)
+    )
+    wh.write_publish_record(record)  # ensures the ledger
+    reads.clear()
+    assert wh.read_publish_record("pageviews", "19950801") == record
+    assert reads == []
 
 
 def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
