@@ -296,8 +296,8 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         on_existing = (
             ""
             if created
-            else " ON CONFLICT (table_name) DO UPDATE SET partition_field = excluded.partition_field, "
-            "clustering = excluded.clustering, "
+            else " ON CONFLICT (table_name) DO UPDATE SET "
+            "partition_field = excluded.partition_field, clustering = excluded.clustering, "
             "require_partition_filter = excluded.require_partition_filter, "
             "labels = excluded.labels, description = excluded.description, "
             "updated_at = excluded.updated_at"
