@@ -55,6 +55,11 @@ DEFAULT_PATH = Path(".bq_platform/warehouse.duckdb")
 _BIGQUERY_TYPES: Mapping[str, str] = {v: k for k, v in DUCKDB_TYPES.items()}
 
 
+#: A table name DuckDB does not find is never read from a Python variable of that name in the
+#: caller's frame (DuckDB's "replacement scans", on by default in its Python client): a missing
+#: table is a missing table, as in BigQuery.
+_NO_PYTHON_TABLES = "SET python_enable_replacements = false"
+
 #: What BigQuery keeps about tables and jobs outside the tables themselves.
 TABLES_TABLE = "_bq_platform_tables"
 _INTERNAL = frozenset({TABLES_TABLE, JOBS_TABLE})
@@ -109,14 +114,32 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             copy (4.0-4.5 s without it, 5.2-5.3 s with it), for a file ~30% smaller (156 ->
             108-111 MB); ``scripts/bench_duckdb_storage.py``, docs/PERFORMANCE.md (issue 9).
             ``""`` lets DuckDB use every method (its default).
+        max_vacuum_tasks: DuckDB's ``max_vacuum_tasks`` (``duckdb_settings()``: "the maximum
+            vacuum tasks to schedule during a checkpoint"; DuckDB's default is 100). 0 by
+            default: a day's copy appends ~255k rows to ``pageviews`` after a partly filled row
+            group, and the checkpoint at the end of the daily run then merged them again: 0.26 s
+            of a 0.8 s copy-and-close, against 0.03 s without vacuum (issue 9). Six re-publishes
+            of the 1x bench's days (a DELETE and an INSERT each) kept the file at 284-298 MB and
+            12 row groups without vacuum, 304-364 MB with it: row groups whose rows are all
+            deleted are dropped either way (docs/PERFORMANCE.md).
+        auto_checkpoint_skip_wal_threshold: DuckDB's setting of that name, in bytes
+            (``duckdb_settings()``: "the estimated WAL write size at which point we will skip
+            writing to the WAL and only checkpoint"; DuckDB's default is 100,000). 1 GB by
+            default: with DuckDB's default every stage load (~10k rows, ~2 MB) committed as a
+            checkpoint of its own; through the WAL, one checkpoint takes ~8 loads (at
+            ``checkpoint_threshold``, 16 MiB). The 144 stage loads of the 1x bench, two
+            workers: their commits 2.0 -> 1.5 s, the loads 2.05-2.08 -> 1.82-1.89 s; a larger
+            ``checkpoint_threshold`` only moved the work to the close (issue 9,
+            docs/PERFORMANCE.md).
         concurrent_jobs: jobs run side by side on this many worker threads, each with its own
             connection (:mod:`~bq_platform.lib.warehouse.duckdb_background`): ``submit_job``
             returns a RUNNING job, as BigQuery does, and ``wait_job`` waits for it. 1 (the
             default) runs each job before ``submit_job`` returns.
 
     Raises:
-        ValueError: if ``path`` is ``:memory:``, or ``threads`` or ``concurrent_jobs`` is below
-            1; on first use, if DuckDB does not know a name in ``disabled_compression``.
+        ValueError: if ``path`` is ``:memory:``, ``threads`` or ``concurrent_jobs`` is below 1
+            or ``max_vacuum_tasks`` below 0; on first use, if DuckDB does not know a name in
+            ``disabled_compression``.
 
     Attributes:
         path: absolute path of the database file.
@@ -134,6 +157,8 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         threads: int = 1,
         memory_limit: str = "512MB",
         disabled_compression: str = "fsst",
+        max_vacuum_tasks: int = 0,
+        auto_checkpoint_skip_wal_threshold: int = 1_000_000_000,
         concurrent_jobs: int = 1,
     ) -> None:
         super().__init__()
@@ -149,6 +174,10 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
         self.memory_limit = memory_limit
         self.disabled_compression = disabled_compression
+        if max_vacuum_tasks < 0:
+            raise ValueError(f"max_vacuum_tasks must be at least 0, got {max_vacuum_tasks}")
+        self.max_vacuum_tasks = max_vacuum_tasks
+        self.auto_checkpoint_skip_wal_threshold = auto_checkpoint_skip_wal_threshold
         self.metadata_operations: dict[str, int] = {}
         self._lock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -168,8 +197,12 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
                 con = open_with_retry(self.path, self.lock_timeout_s)
                 # TIMESTAMPTZ -> DATE casts, naive parameters and returned values use it.
                 con.execute("SET TimeZone = 'UTC'")
+                con.execute(_NO_PYTHON_TABLES)
                 con.execute(f"SET threads = {int(self.threads)}")
                 con.execute("SET memory_limit = ?", [self.memory_limit])
+                con.execute(f"SET max_vacuum_tasks = {int(self.max_vacuum_tasks)}")
+                skip_wal = int(self.auto_checkpoint_skip_wal_threshold)
+                con.execute(f"SET auto_checkpoint_skip_wal_threshold = {skip_wal}")
                 try:
                     con.execute("SET disabled_compression_methods = ?", [self.disabled_compression])
                 except duckdb.Error as exc:
@@ -190,6 +223,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         with self._connect() as con:
             cursor = con.cursor()
         cursor.execute("SET TimeZone = 'UTC'")
+        cursor.execute(_NO_PYTHON_TABLES)
         return cursor
 
     def close(self) -> None:
