@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -448,6 +449,50 @@ def test_duckdb_memory_is_bounded(wh: DuckDBWarehouse, tmp_path: Path) -> None:
         assert other.query(limit) == [{"m": "244.1 MiB"}]
     finally:
         other.close()
+
+
+def _row_groups_after_two_appends(warehouse: DuckDBWarehouse) -> int:
+    """Row groups of a table appended to in two commits, once the warehouse is closed."""
+    with warehouse._connect() as con:
+        con.execute("CREATE TABLE t AS SELECT i, 'row ' || i AS s FROM range(5000) r(i)")
+        con.execute("CHECKPOINT")
+        con.execute("INSERT INTO t SELECT i, 'row ' || i FROM range(5000, 10000) r(i)")
+    warehouse.close()  # its checkpoint
+    con = duckdb.connect(str(warehouse.path), read_only=True)
+    try:
+        (found,) = con.execute(
+            "SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('t')"
+        ).fetchone()
+    finally:
+        con.close()
+    return found
+
+
+def test_checkpoints_do_not_merge_row_groups_unless_asked(tmp_path: Path) -> None:
+    """A day's copy appends after a partly filled row group; merging them again cost 0.26 s at
+    the close of each daily run (issue 9). DuckDB's default (100 vacuum tasks) merges them."""
+    assert _row_groups_after_two_appends(DuckDBWarehouse(tmp_path / "a.duckdb")) == 2
+    merged = DuckDBWarehouse(tmp_path / "b.duckdb", max_vacuum_tasks=100)
+    assert _row_groups_after_two_appends(merged) == 1
+    with pytest.raises(ValueError, match="max_vacuum_tasks"):
+        DuckDBWarehouse(tmp_path / "c.duckdb", max_vacuum_tasks=-1)
+
+
+def test_checkpoint_settings_hold_on_job_workers_too(tmp_path: Path) -> None:
+    """Jobs commit on the workers' connections: they must run with the same settings."""
+    wh = DuckDBWarehouse(tmp_path / "w.duckdb", concurrent_jobs=2)
+    asked = (
+        "SELECT current_setting('max_vacuum_tasks'), "
+        "current_setting('auto_checkpoint_skip_wal_threshold'), "
+        "current_setting('python_enable_replacements')"
+    )
+    try:
+        with wh._connect() as con:
+            main = con.execute(asked).fetchone()
+        worker = wh._job_connection().execute(asked).fetchone()
+    finally:
+        wh.close()
+    assert main == worker == (0, 1_000_000_000, False)
 
 
 def _string_compressions(warehouse: DuckDBWarehouse) -> set[str]:
