@@ -77,6 +77,15 @@ class JobOutcome:
     rows: int | None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Done:
+    """A finished state machine: its outcome, and the publish record it leaves to write (none
+    when the ledger already names the job). The drivers write the records, a batch's at once."""
+
+    outcome: JobOutcome
+    records: tuple[PublishRecord, ...] = ()
+
+
 def _generation_of(job_id: str, default: int) -> int:
     """The generation in a job ID's ``_g<generation>`` suffix (:mod:`bq_platform.lib.jobids`)."""
     _, sep, tail = job_id.rpartition("_g")
@@ -216,7 +225,9 @@ def run_idempotent_job(
     """
     request = JobRequest(make_job, fingerprint, partition)
     machine = _job_machine(warehouse, request, budget, log or _progress, sleep)
-    return _finish(warehouse, machine, None, wait_timeout_s)
+    done = _finish(warehouse, machine, None, wait_timeout_s)
+    warehouse.write_publish_records(done.records)
+    return done.outcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,13 +263,19 @@ def run_idempotent_jobs(
     Returns:
         One :class:`JobOutcome` per request, in order.
 
+    The finished jobs' publish records are appended in one INSERT at the end
+    (:meth:`~bq_platform.lib.warehouse.base.Warehouse.write_publish_records`): one DML query
+    job per step on BigQuery, one commit locally. A process killed before it leaves those jobs
+    unrecorded; the re-run finds each one DONE under its ID, with its output in place, skips it
+    and records it then (:func:`stale_reason` accepts a missing record).
+
     Raises:
         The first error of any job (see :func:`run_idempotent_job`), after every job already
         submitted has been waited for and recorded (so a re-run skips those); other jobs'
         errors are logged as warnings. An error while submitting stops further submissions.
     """
     log = log or _progress
-    started: list[tuple[Generator[str, JobStatus, JobOutcome], str | JobOutcome]] = []
+    started: list[tuple[Generator[str, JobStatus, _Done], str | _Done]] = []
     first_error: BaseException | None = None
     for request in requests:
         machine = _job_machine(warehouse, request, budget, log, sleep)
@@ -269,29 +286,35 @@ def run_idempotent_jobs(
         except Exception as exc:
             first_error = exc
             break
-    outcomes: list[JobOutcome] = []
+    finished: list[_Done] = []
     for machine, state in started:
-        if isinstance(state, JobOutcome):
-            outcomes.append(state)
+        if isinstance(state, _Done):
+            finished.append(state)
             continue
         try:
-            outcomes.append(_finish(warehouse, machine, state, wait_timeout_s))
+            finished.append(_finish(warehouse, machine, state, wait_timeout_s))
         except Exception as exc:
             if first_error is None:
                 first_error = exc
             else:
                 log.warning("another job failed too: %s", exc)
+    try:
+        warehouse.write_publish_records([r for done in finished for r in done.records])
+    except Exception as exc:
+        if first_error is None:
+            raise
+        log.warning("recording the finished jobs failed too: %s", exc)
     if first_error is not None:
         raise first_error
-    return outcomes
+    return [done.outcome for done in finished]
 
 
 def _finish(
     warehouse: Warehouse,
-    machine: Generator[str, JobStatus, JobOutcome],
+    machine: Generator[str, JobStatus, _Done],
     waiting_for: str | None,
     wait_timeout_s: float,
-) -> JobOutcome:
+) -> _Done:
     """Run ``machine`` to its outcome, waiting for each job ID it yields."""
     try:
         job_id = next(machine) if waiting_for is None else waiting_for
@@ -307,9 +330,9 @@ def _job_machine(
     budget: JobBudget | None,
     log: logging.Logger,
     sleep: Callable[[float], None],
-) -> Generator[str, JobStatus, JobOutcome]:
+) -> Generator[str, JobStatus, _Done]:
     """The state machine of one job (module docstring); yields a job ID to wait for, is sent
-    its final status, and returns the :class:`JobOutcome`."""
+    its final status, and returns the :class:`JobOutcome` with the record to write."""
     make_job, fingerprint, partition = request.make_job, request.fingerprint, request.partition
     retries = 0
     for generation in range(MAX_GENERATIONS):
@@ -375,12 +398,13 @@ def _job_machine(
         if action == "skipped" and record is not None and record.fingerprint == fingerprint:
             if record.job_id != job.job_id:  # same content, published by a later generation
                 gen = _generation_of(record.job_id, generation)
-                return JobOutcome(record.job_id, "skipped", gen, record.rows)
+                return _Done(JobOutcome(record.job_id, "skipped", gen, record.rows))
         rows = status.output_rows
         if rows is None and record is not None and record.fingerprint == fingerprint:
             rows = record.rows
+        records: tuple[PublishRecord, ...] = ()
         if record is None or record.job_id != job.job_id:
-            warehouse.write_publish_record(
+            records = (
                 PublishRecord(
                     destination=table,
                     partition=partition,
@@ -388,9 +412,9 @@ def _job_machine(
                     fingerprint=fingerprint,
                     rows=rows or 0,
                     published_at=dt.datetime.now(dt.UTC),
-                )
+                ),
             )
         if action == "skipped":
             _progress.debug("job %s already done for this content: skipped", job.job_id)
-        return JobOutcome(job.job_id, action, generation, rows)
+        return _Done(JobOutcome(job.job_id, action, generation, rows), records)
     raise _exhausted(make_job, partition)

@@ -171,9 +171,9 @@ class FakeWarehouse(Warehouse):
             if (r["destination"], r["partition_key"]) == (destination, partition)
         ]
 
-    def _append_ledger_row(self, row: Mapping[str, Any]) -> None:
-        self.calls.append(("_append_ledger_row", str(row["job_id"])))
-        self.ledger.append(dict(row))
+    def _append_ledger_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.calls.append(("_append_ledger_rows", ",".join(str(r["job_id"]) for r in rows)))
+        self.ledger.extend(dict(row) for row in rows)
 
     def replace_audit_rows(
         self, hours: Sequence[dt.datetime], rows: Sequence[Mapping[str, Any]]
@@ -204,4 +204,4 @@ def run(
     )
 
 
-JOB_CALLS = ("get_job", "jobs_submitted", "_insert_job", "wait_job", "_append_ledger_row")
+JOB_CALLS = ("get_job", "jobs_submitted", "_insert_job", "wait_job", "_append_ledger_rows")

@@ -45,7 +45,7 @@ def test_new_job_is_submitted_and_recorded() -> None:
         "get_job",
         "jobs_submitted",
         "_insert_job",
-        "_append_ledger_row",
+        "_append_ledger_rows",
     ]
     assert ("jobs_submitted", "pageviews") in wh.calls  # the decorator is stripped
     assert wh.record() == (cid(FP_A, 0), FP_A, 7)
@@ -76,7 +76,7 @@ def test_conflict_on_insert_adopts_the_other_runs_job(state: str) -> None:
         "_insert_job",
         "get_job",
         *waited,
-        "_append_ledger_row",
+        "_append_ledger_rows",
     ]
 
 
@@ -145,7 +145,7 @@ def test_reverted_content_runs_next_generation_and_then_skips() -> None:
     # ledger gets no new row.
     wh.calls.clear()
     assert run(wh, FP_A) == JobOutcome(cid(FP_A, 1), "skipped", 1, 7)
-    assert wh.names("_insert_job", "_append_ledger_row") == []
+    assert wh.names("_insert_job", "_append_ledger_rows") == []
     assert len(wh.ledger) == 3
 
 
@@ -198,7 +198,7 @@ def test_decide_explains_and_submits_nothing() -> None:
     assert verdict() == ("next", "failed earlier (backendError)")
     first = first_decision(wh, make, fingerprint=FP_A, partition=DAY_PARTITION)
     assert (first.generation, first.verdict) == (1, "submit")
-    assert wh.names("_insert_job", "wait_job", "_append_ledger_row", "_create_table") == []
+    assert wh.names("_insert_job", "wait_job", "_append_ledger_rows", "_create_table") == []
 
 
 @pytest.mark.parametrize("reason", ["backendError", "rateLimitExceeded", "internalError"])

@@ -139,3 +139,43 @@ def test_a_transient_failure_is_retried_while_waiting() -> None:
         ("_insert_job", jid(DAYS[0], 1)),
     ]
     assert recorded(wh) == {DAYS[0]: jid(DAYS[0], 1), DAYS[1]: jid(DAYS[1]), DAYS[2]: jid(DAYS[2])}
+
+
+def test_a_batch_records_its_jobs_in_one_append_after_the_last_wait() -> None:
+    """One INSERT for the step's publish records: on BigQuery one DML job, not one per load."""
+    wh = FakeWarehouse()
+    for day in DAYS:
+        wh.submit_results[jid(day)] = pending(jid(day))
+        wh.wait_results[jid(day)] = ok(jid(day))
+
+    run_all(wh)
+
+    assert wh.calls_of("wait_job", "_append_ledger_rows") == [
+        *[("wait_job", jid(d)) for d in DAYS],
+        ("_append_ledger_rows", ",".join(jid(d) for d in DAYS)),
+    ]
+
+
+class LedgerDown(FakeWarehouse):
+    """The process dies while appending the publish records (after every job is DONE)."""
+
+    down = True
+
+    def _append_ledger_rows(self, rows) -> None:
+        if self.down:
+            raise SystemExit("killed")
+        super()._append_ledger_rows(rows)
+
+
+def test_jobs_done_but_not_recorded_are_recorded_by_the_rerun_without_new_jobs() -> None:
+    wh = LedgerDown()
+    with pytest.raises(SystemExit):
+        run_all(wh)
+    assert wh.ledger == [] and wh.names("_insert_job") == ["_insert_job"] * 3
+
+    wh.down = False
+    outcomes = run_all(wh)
+
+    assert [(o.job_id, o.action) for o in outcomes] == [(jid(d), "skipped") for d in DAYS]
+    assert wh.names("_insert_job") == ["_insert_job"] * 3  # nothing submitted again
+    assert recorded(wh) == {d: jid(d) for d in DAYS}

@@ -116,20 +116,31 @@ class BigQuerySql:
     def _ledger_rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
         return self._ledger().rows(destination, partition)
 
-    def _append_ledger_row(self, row: Mapping[str, Any]) -> None:
+    def _append_ledger_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """One DML ``INSERT ... SELECT FROM UNNEST(@rows)``: the rows as one ``ARRAY<STRUCT>``
+        parameter, so a step's records are one query job whatever their number."""
         names = [c.name for c in ledger.LEDGER_COLUMNS]
         sql = (
             f"INSERT INTO {self._sql_table(ledger.PUBLISH_LEDGER_TABLE)} ({', '.join(names)}) "
-            f"VALUES ({', '.join('@' + n for n in names)})"
+            f"SELECT {', '.join(f'r.{n}' for n in names)} FROM UNNEST(@rows) AS r"
         )
-        params = [
-            bigquery.ScalarQueryParameter(c.name, schema.normalize_type(c.type), row[c.name])
-            for c in ledger.LEDGER_COLUMNS
+        structs = [
+            bigquery.StructQueryParameter(
+                None,
+                *[
+                    bigquery.ScalarQueryParameter(
+                        c.name, schema.normalize_type(c.type), row[c.name]
+                    )
+                    for c in ledger.LEDGER_COLUMNS
+                ],
+            )
+            for row in rows
         ]
-        self._query(sql, params, dml=True)
-        self._cache.appended(ledger.PUBLISH_LEDGER_TABLE, 1)
+        self._query(sql, [bigquery.ArrayQueryParameter("rows", "STRUCT", structs)], dml=True)
+        self._cache.appended(ledger.PUBLISH_LEDGER_TABLE, len(rows))
         if self._ledger_index is not None:
-            self._ledger_index.add(row)
+            for row in rows:
+                self._ledger_index.add(row)
 
     # -- audit -------------------------------------------------------------------------------
 

@@ -65,13 +65,14 @@ class DuckDBSql:
             )
             return _dicts(cursor)
 
-    def _append_ledger_row(self, row: Mapping[str, Any]) -> None:
+    def _append_ledger_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
         names = [c.name for c in ledger.LEDGER_COLUMNS]
+        one = f"({', '.join('?' for _ in names)})"
         with self._connect() as con:
             con.execute(
                 f"INSERT INTO {ident(ledger.PUBLISH_LEDGER_TABLE)} "
-                f"({', '.join(ident(n) for n in names)}) VALUES ({', '.join('?' for _ in names)})",
-                [row[n] for n in names],
+                f"({', '.join(ident(n) for n in names)}) VALUES {', '.join(one for _ in rows)}",
+                [row[n] for row in rows for n in names],
             )
 
     # ----------------------------------------------------------------- audit table
