@@ -13,9 +13,12 @@ local run fails where BigQuery would. This module supplies only what DuckDB does
   ``_bq_platform_tables`` with the creation time, and partition semantics are emulated by the
   jobs (:mod:`bq_platform.lib.warehouse.duckdb_jobs`). Clustering and
   ``require_partition_filter`` are recorded, not enforced.
-- **Jobs** run synchronously, each in one transaction with its ledger row in
-  ``_bq_platform_jobs`` (BigQuery's job history); reusing a job ID raises
-  :class:`~bq_platform.lib.warehouse.base.JobConflictError` (HTTP 409).
+- **Jobs** run each in one transaction with its row in ``_bq_platform_jobs`` (BigQuery's job
+  history), on the caller's thread or on worker threads (``concurrent_jobs``); reusing a job ID
+  raises :class:`~bq_platform.lib.warehouse.base.JobConflictError` (HTTP 409).
+- **Storage settings** (``threads``, ``memory_limit``, ``disabled_compression``,
+  ``max_vacuum_tasks``, ``auto_checkpoint_skip_wal_threshold``) are chosen for many small
+  commits on a 2-core machine; each is measured in its argument's description (issue 9).
 - **Counts** are ``count(*)``: as cheap locally as BigQuery's metadata.
 
 Concurrency: DuckDB lets one process at a time open a database file for writing. The file is
