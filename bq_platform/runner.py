@@ -28,7 +28,7 @@ from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.planning import contiguous, plan_day
-from bq_platform.lib.reporting import COUNT_FIELDS
+from bq_platform.lib.reporting import COUNT_FIELDS, STEP_TOTALS
 from bq_platform.lib.retention import clean_attempts
 from bq_platform.lib.warehouse.base import Warehouse
 
@@ -267,9 +267,10 @@ class PipelineRunner:
                 continue
             materialization = event.step_materialization_data.materialization
             if materialization.asset_key in shown:
-                continue  # the same metadata on each partition of a multi-partition run
+                continue  # one line per asset: a range step's totals are on each partition
             shown.add(materialization.asset_key)
             metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+            metadata = metadata.get(STEP_TOTALS) or metadata  # hourly: the step's totals
             name = materialization.asset_key.to_user_string()
             self.echo(f"{label}:   {name}: {_progress(metadata)}")
 

@@ -1,4 +1,13 @@
-"""What every asset carries in the UI: owners, and links from job IDs to the BigQuery console.
+"""What every asset carries in the UI: owners, each partition's own numbers, and links from job
+IDs to the BigQuery console.
+
+A run of an hourly asset covers a range of hours (24 per run in a backfill, more when
+``bq-platform run`` batches days), and Dagster records one materialization per hour. Metadata
+returned with ``MaterializeResult`` would be copied onto every hour, so an hour of
+``pageviews_stage`` showed the rows and job IDs of the whole range (and each event carried
+9-20 KB; issue 9). :func:`partition_results` gives each hour its own numbers
+(``context.add_asset_metadata(..., partition_key=...)``) and the step's totals under one key,
+:data:`STEP_TOTALS`, which the CLI's one line per asset reads.
 
 ``OWNERS`` is set on every asset (with ``group_name`` and ``kinds``, see
 ``bq_platform_tests/defs/test_definitions.py``). Job links: in production each warehouse job
@@ -8,16 +17,34 @@ local DuckDB warehouse has no console, so its IDs stay plain text.
 """
 
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import dagster as dg
 
 from bq_platform.defs.resources import BigQueryWarehouseResource, WarehouseResource
+from bq_platform.lib.reporting import STEP_TOTALS
 
 OWNERS = ["team:data-platform"]
 """Owners of every asset of the pipeline (Dagster accepts an email or ``team:<name>``)."""
 
 CONSOLE_URL = "https://console.cloud.google.com/bigquery"
+
+
+def partition_results(
+    context: dg.AssetExecutionContext,
+    by_partition: Mapping[str, Mapping[str, Any]],
+    step_totals: Mapping[str, Any],
+) -> dg.MaterializeResult:
+    """The step's ``MaterializeResult``: each partition key in ``by_partition`` gets its own
+    metadata, and every partition the step's totals under :data:`STEP_TOTALS`.
+
+    Raises:
+        dagster.DagsterInvariantViolationError: if a key is not a partition of this run.
+    """
+    for partition, metadata in by_partition.items():
+        context.add_asset_metadata(dict(metadata), partition_key=partition)
+    return dg.MaterializeResult(metadata={STEP_TOTALS: dg.MetadataValue.json(dict(step_totals))})
 
 
 def bigquery_job_url(project: str, location: str, job_id: str) -> str:
@@ -26,6 +53,14 @@ def bigquery_job_url(project: str, location: str, job_id: str) -> str:
         {"project": project, "j": f"bq:{location}:{job_id}", "page": "queryresults"}, safe=":"
     )
     return f"{CONSOLE_URL}?{query}"
+
+
+def job_link(warehouse: WarehouseResource, job_id: str) -> dg.MetadataValue:
+    """One job ID: a link to the BigQuery console in production, plain text locally."""
+    if isinstance(warehouse, BigQueryWarehouseResource):
+        sent = f"{warehouse.job_id_prefix}{job_id}"
+        return dg.MetadataValue.url(bigquery_job_url(warehouse.project, warehouse.location, sent))
+    return dg.MetadataValue.text(job_id)
 
 
 def job_links_markdown(

@@ -15,6 +15,12 @@ COUNT_FIELDS = (
 )
 
 
+STEP_TOTALS = "step_totals"
+"""Materialization metadata key of a range step's totals (JSON: hours, rows, jobs, seconds...),
+the same on each hour's materialization; the hour's own numbers are its other keys
+(``bq_platform.defs.metadata.partition_results``)."""
+
+
 def totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:
     """Sum of each count field over ``counts`` (line counts)."""
     out = dict.fromkeys(COUNT_FIELDS, 0)

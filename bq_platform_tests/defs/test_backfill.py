@@ -85,6 +85,7 @@ def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
                 assert partition_of[target.storage_id] == (e.partition, result.run_id)
         metadata = evaluations[0].metadata
         assert {"expected", "actual", "difference"} <= metadata.keys()
+        _each_hour_has_its_own_numbers(pipeline, day)
 
     daily = backfill_requests(pipeline, DAILY_SELECTION, [d.isoformat() for d in DAYS])
     assert sorted(r.partition_key for r in daily) == ["1995-08-01", "1995-08-02"]
@@ -102,3 +103,34 @@ def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
     assert len(CountingSparkResource.setups) == 2  # publishing starts no Spark session
     rows = pipeline.query("SELECT event_date, count(*) AS n FROM pageviews GROUP BY 1 ORDER BY 1")
     assert [(r["event_date"], r["n"]) for r in rows] == [(DAYS[0], 12), (DAYS[1], 12)]
+
+
+def _each_hour_has_its_own_numbers(pipeline: Pipeline, day: dt.date) -> None:
+    """A range run records one materialization per hour, each with that hour's numbers (12
+    pages landed at 07:00, none at 06:00) and the step's totals under ``step_totals``."""
+    for asset in ("lake/pageview_files", "warehouse/pageviews_stage", "warehouse/pageviews_audit"):
+        got = {}
+        for hour in (6, 7):
+            label = f"{day}T{hour:02d}"
+            records = pipeline.instance.fetch_materializations(
+                dg.AssetRecordsFilter(
+                    asset_key=dg.AssetKey.from_user_string(asset), asset_partitions=[label]
+                ),
+                limit=1,
+            ).records
+            metadata = records[0].asset_materialization.metadata  # type: ignore[union-attr]
+            got[hour] = {k: getattr(v, "value", v) for k, v in metadata.items()}
+        rows = "source_lines" if asset.endswith("audit") else "rows"
+        assert (got[6][rows], got[7][rows]) == (0, 12), asset
+        assert got[6]["step_totals"] == got[7]["step_totals"], asset
+        assert got[7]["step_totals"]["hours"] == 24 and got[7]["step_totals"][rows] == 12, asset
+    (stage,) = pipeline.instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(["warehouse", "pageviews_stage"]),
+            asset_partitions=[f"{day}T07"],
+        ),
+        limit=1,
+    ).records
+    metadata = stage.asset_materialization.metadata  # type: ignore[union-attr]
+    assert metadata["table"].value == f"pageviews_stage_{day:%Y%m%d}07"
+    assert metadata["job_action"].value == "submitted"

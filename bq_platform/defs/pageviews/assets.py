@@ -1,19 +1,21 @@
 """Hourly pageview files: PySpark parses, classifies, pseudonymizes and samples landed logs."""
 
 import time
+from typing import Any
 
 import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
 from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.landing.assets import pageview_logs
-from bq_platform.defs.metadata import OWNERS
+from bq_platform.defs.metadata import OWNERS, partition_results
 from bq_platform.defs.partitions import FIRST_HOUR, hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, SparkResource
 from bq_platform.lib import quality
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.reporting import counts_markdown, totals
@@ -98,29 +100,45 @@ def pageview_files(
     problems = [p for m in manifests for p in accounting_problems(m)]
     if problems:
         context.log.error("accounting does not balance:\n%s", "\n".join(problems[:50]))
+    by_hour = {hour_label(m.hour): _hour_metadata(store, m, attempt_id) for m in manifests}
     total = totals(counts)
-    files = [k for m in manifests for k in (*m.full_files, *m.sample_files)]
-    dead_files = [k for m in manifests for k in m.deadletter_files]
-    result = dg.MaterializeResult(
-        metadata={
+    result = partition_results(
+        context,
+        by_hour,
+        {
             "hours": len(hours),
-            "rows": sum(m.rows for m in manifests),
-            "sample_rows": sum(m.sample_rows for m in manifests),
-            "sample_rate": dg.MetadataValue.text(f"1/{SAMPLE_MODULUS}"),
-            "files": len(files),
-            "bytes": sum(store.size(k) for k in files),
-            "dead_letter_files": len(dead_files),
+            **{
+                key: sum(h[key] for h in by_hour.values())
+                for key in ("rows", "sample_rows", "files", "bytes", "dead_letter_files")
+            },
             "dead_letter_lines": total["rejected"] + total["out_of_window"],
             **total,
             "duration_seconds": round(seconds, 2),
             "attempt_id": attempt_id,
-            "per_site_hour": dg.MetadataValue.md(counts_markdown(counts)),
         },
     )
     checks = [accounting_check(m) for m in manifests] + [
         rejected_share_check(m, settings.max_rejected_share) for m in manifests
     ]
     return report(context, result, checks)
+
+
+def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) -> dict[str, Any]:
+    """One hour's materialization metadata: its files, rows, counts and per-site table."""
+    files = [*manifest.full_files, *manifest.sample_files]
+    total = totals(manifest.counts)
+    return {
+        "rows": manifest.rows,
+        "sample_rows": manifest.sample_rows,
+        "sample_rate": dg.MetadataValue.text(f"1/{SAMPLE_MODULUS}"),
+        "files": len(files),
+        "bytes": sum(store.size(k) for k in files),
+        "dead_letter_files": len(manifest.deadletter_files),
+        "dead_letter_lines": total["rejected"] + total["out_of_window"],
+        **total,
+        "attempt_id": attempt_id,
+        "per_site_hour": dg.MetadataValue.md(counts_markdown(manifest.counts)),
+    }
 
 
 def accounting_problems(manifest: HourManifest) -> list[str]:

@@ -6,7 +6,7 @@ import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
 from bq_platform.defs.errors import fail_fast
-from bq_platform.defs.metadata import OWNERS, job_links_markdown
+from bq_platform.defs.metadata import OWNERS, job_link, job_links_markdown, partition_results
 from bq_platform.defs.pageviews.assets import HOURLY_BACKFILL, HOURLY_RETRY, pageview_files
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
@@ -101,7 +101,6 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 missing.append(hour_label(hour))
             else:
                 manifests.append(manifest)
-        files = [key for m in manifests for key in stage_files(m, kind)]
         results = load_stage_hours(
             wh,
             store,
@@ -131,19 +130,30 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
             actions.count("adopted"),
             seconds,
         )
-        result = dg.MaterializeResult(
-            metadata={
-                "hours": len(results),
-                "rows": rows,
+        by_hour = {}
+        for r, manifest in zip(results, manifests, strict=True):
+            files = stage_files(manifest, kind)
+            by_hour[hour_label(r.hour)] = {
+                "table": r.table,
+                "rows": r.table_rows or 0,
+                "expected_rows": r.expected_rows,
                 "files": len(files),
                 "bytes": sum(store.size(k) for k in files),
-                "duration_seconds": round(seconds, 2),
+                "job_id": job_link(warehouse, r.outcome.job_id),
+                "job_action": r.outcome.action,
+            }
+        result = partition_results(
+            context,
+            by_hour,
+            {
+                "hours": len(results),
+                "rows": rows,
+                "files": sum(h["files"] for h in by_hour.values()),
+                "bytes": sum(h["bytes"] for h in by_hour.values()),
                 "jobs_submitted": actions.count("submitted"),
                 "jobs_adopted": actions.count("adopted"),
                 "jobs_skipped": actions.count("skipped"),
-                "job_ids": job_links_markdown(
-                    warehouse, ((r.table, r.outcome.job_id, r.outcome.action) for r in results)
-                ),
+                "duration_seconds": round(seconds, 2),
             },
         )
         checks = [
@@ -192,24 +202,36 @@ def pageviews_audit(
     store, wh = object_store.get_store(), warehouse.get_warehouse()
     started = time.monotonic()
     hours = partition_hours(context)
-    rows = []
+    rows_of: dict[str, list[dict]] = {}
     for hour in hours:
         manifest = read_hour_manifest(store, hour)
         if manifest is None:
             raise dg.Failure(f"hour {hour_label(hour)} has no manifest: build it first")
-        rows.extend(audit_records(manifest.counts, manifest.fingerprint, context.run_id))
+        rows_of[hour_label(hour)] = audit_records(
+            manifest.counts, manifest.fingerprint, context.run_id
+        )
+    rows = [row for hour_rows in rows_of.values() for row in hour_rows]
     wh.replace_audit_rows(hours, rows)
-    return dg.MaterializeResult(
-        metadata={
+    return partition_results(
+        context,
+        {hour: _audit_summary(hour_rows) for hour, hour_rows in rows_of.items()},
+        {
             "hours": len(hours),
-            "rows": len(rows),
-            "sites": len({r["site"] for r in rows}),
-            "source_lines": sum(r["source_lines"] for r in rows),
-            "pageviews": sum(r["pageviews"] for r in rows),
-            "rejected": sum(r["rejected"] for r in rows),
+            **_audit_summary(rows),
             "duration_seconds": round(time.monotonic() - started, 2),
-        }
+        },
     )
+
+
+def _audit_summary(rows: list[dict]) -> dict[str, int]:
+    """Audit rows (one per site and hour), their sites and their line counts."""
+    return {
+        "rows": len(rows),
+        "sites": len({r["site"] for r in rows}),
+        "source_lines": sum(r["source_lines"] for r in rows),
+        "pageviews": sum(r["pageviews"] for r in rows),
+        "rejected": sum(r["rejected"] for r in rows),
+    }
 
 
 def _published_asset(kind: str) -> dg.AssetsDefinition:
