@@ -36,15 +36,18 @@ def partition_results(
     by_partition: Mapping[str, Mapping[str, Any]],
     step_totals: Mapping[str, Any],
 ) -> dg.MaterializeResult:
-    """The step's ``MaterializeResult``: each partition key in ``by_partition`` gets its own
-    metadata, and every partition the step's totals under :data:`STEP_TOTALS`.
+    """The step's ``MaterializeResult``: each partition of the run gets its metadata from
+    ``by_partition`` (none if missing), then the step's totals under :data:`STEP_TOTALS` (last,
+    so the UI shows the hour's own numbers first).
 
     Raises:
         dagster.DagsterInvariantViolationError: if a key is not a partition of this run.
     """
-    for partition, metadata in by_partition.items():
-        context.add_asset_metadata(dict(metadata), partition_key=partition)
-    return dg.MaterializeResult(metadata={STEP_TOTALS: dg.MetadataValue.json(dict(step_totals))})
+    totals = dg.MetadataValue.json(dict(step_totals))
+    for partition in {*context.partition_keys, *by_partition}:
+        metadata = {**by_partition.get(partition, {}), STEP_TOTALS: totals}
+        context.add_asset_metadata(metadata, partition_key=partition)
+    return dg.MaterializeResult()
 
 
 def bigquery_job_url(project: str, location: str, job_id: str) -> str:
