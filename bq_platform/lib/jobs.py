@@ -260,14 +260,14 @@ def run_idempotent_jobs(
     returns, so one after the other). A transient failure is retried as the next generation in
     the second phase.
 
-    Returns:
-        One :class:`JobOutcome` per request, in order.
-
     The finished jobs' publish records are appended in one INSERT at the end
     (:meth:`~bq_platform.lib.warehouse.base.Warehouse.write_publish_records`): one DML query
-    job per step on BigQuery, one commit locally. A process killed before it leaves those jobs
-    unrecorded; the re-run finds each one DONE under its ID, with its output in place, skips it
-    and records it then (:func:`stale_reason` accepts a missing record).
+    job per step on BigQuery, one commit locally. A process killed before that INSERT leaves
+    those jobs unrecorded; the re-run finds each one DONE under its ID, with its output in
+    place, skips it and records it then (:func:`stale_reason` accepts a missing record).
+
+    Returns:
+        One :class:`JobOutcome` per request, in order.
 
     Raises:
         The first error of any job (see :func:`run_idempotent_job`), after every job already
