@@ -1,7 +1,7 @@
 """The lookup-before-submit state machine that makes every warehouse job idempotent.
 
 For generation g = 0, 1, ...: build the job's deterministic ID (:mod:`bq_platform.lib.jobids`)
-and look it up (:func:`decide`):
+and look it up (:func:`~bq_platform.lib.job_decisions.decide`):
 
 - not found -> check the budget, submit; a 409 on insert means another run submitted it: adopt;
 - PENDING/RUNNING -> adopt it and wait;
@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Literal
 
+from bq_platform.lib.job_decisions import MAX_GENERATIONS, decide, exhausted_error
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import (
     Job,
@@ -41,7 +42,6 @@ from bq_platform.lib.warehouse.base import (
 )
 from bq_platform.lib.warehouse.rules import split_destination
 
-MAX_GENERATIONS = 50
 #: Job error reasons worth a new generation after a backoff (error-messages page).
 RETRYABLE_JOB_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded"})
 #: Transient failures of one job retried before the step fails.
@@ -56,7 +56,6 @@ RETRY_BACKOFF_CAP_S = 60.0
 _progress = logging.getLogger(__name__)
 
 Action = Literal["submitted", "adopted", "skipped"]
-Verdict = Literal["submit", "wait", "skip", "next"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,102 +89,6 @@ def _generation_of(job_id: str, default: int) -> int:
     """The generation in a job ID's ``_g<generation>`` suffix (:mod:`bq_platform.lib.jobids`)."""
     _, sep, tail = job_id.rpartition("_g")
     return int(tail) if sep and tail.isdigit() else default
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """What the state machine does with one generation of a job (see :func:`decide`).
-
-    Attributes:
-        job: the job of this generation.
-        generation: its generation.
-        verdict: ``submit`` (not found), ``wait`` (pending or running: adopt it), ``skip``
-            (done, and the destination still holds its output), ``next`` (failed, or its
-            output is gone or superseded: try the next generation).
-        status: the job's status when it exists.
-        reason: why, for logs and ``bq-platform plan``.
-    """
-
-    job: Job
-    generation: int
-    verdict: Verdict
-    status: JobStatus | None
-    reason: str
-
-
-def stale_reason(
-    warehouse: Warehouse, job: Job, status: JobStatus, fingerprint: str, partition: str
-) -> str | None:
-    """Why a succeeded job no longer describes its destination, or None if it still does.
-
-    Metadata only (``tables.get``, 0 bytes billed), plus the publish record.
-    """
-    table, _ = split_destination(job.destination)
-    info = warehouse.table_info(job.destination)
-    if info is None:
-        return f"table {table} no longer exists (expired or dropped)"
-    if status.ended is not None and info.created > status.ended:
-        return (
-            f"table {table} was created again at {info.created:%Y-%m-%d %H:%M:%S} UTC, after "
-            "the job ended"
-        )
-    if status.output_rows is not None and info.rows != status.output_rows:
-        return f"{job.destination} holds {info.rows} rows, the job wrote {status.output_rows}"
-    record = warehouse.read_publish_record(table, partition)
-    if record is not None and record.job_id != job.job_id and record.fingerprint != fingerprint:
-        return f"{table}${partition} holds {record.fingerprint[:12]} from {record.job_id} since"
-    return None
-
-
-def decide(
-    warehouse: Warehouse,
-    make_job: Callable[[int], Job],
-    generation: int,
-    *,
-    fingerprint: str,
-    partition: str,
-) -> Decision:
-    """Look generation ``generation`` of a job up and decide what to do with it (read-only).
-
-    Reads ``jobs.get``, table metadata and the publish record; submits nothing, so
-    ``bq-platform plan`` uses it as is.
-    """
-    job = make_job(generation)
-    status = warehouse.get_job(job.job_id)
-    if status is None:
-        return Decision(job, generation, "submit", None, "not found: submit")
-    if not status.done:
-        return Decision(job, generation, "wait", status, f"{status.state}: adopt and wait")
-    if not status.succeeded:
-        return Decision(job, generation, "next", status, f"failed earlier ({status.error_reason})")
-    stale = stale_reason(warehouse, job, status, fingerprint, partition)
-    if stale is not None:
-        return Decision(job, generation, "next", status, f"succeeded before, but {stale}")
-    return Decision(job, generation, "skip", status, "already done for this content")
-
-
-def first_decision(
-    warehouse: Warehouse, make_job: Callable[[int], Job], *, fingerprint: str, partition: str
-) -> Decision:
-    """The first generation whose verdict is not ``next`` (what a run would do now).
-
-    Raises:
-        RuntimeError: if :data:`MAX_GENERATIONS` generations are all spent.
-    """
-    for generation in range(MAX_GENERATIONS):
-        decision = decide(
-            warehouse, make_job, generation, fingerprint=fingerprint, partition=partition
-        )
-        if decision.verdict != "next":
-            return decision
-    raise _exhausted(make_job, partition)
-
-
-def _exhausted(make_job: Callable[[int], Job], partition: str) -> RuntimeError:
-    return RuntimeError(
-        f"{MAX_GENERATIONS} generations of the job for {partition} failed; inspect the jobs "
-        f"with prefix {make_job(0).job_id.rsplit('_g', 1)[0]} in the warehouse"
-    )
 
 
 def run_idempotent_job(
@@ -264,7 +167,8 @@ def run_idempotent_jobs(
     (:meth:`~bq_platform.lib.warehouse.base.Warehouse.write_publish_records`): one DML query
     job per step on BigQuery, one commit locally. A process killed before that INSERT leaves
     those jobs unrecorded; the re-run finds each one DONE under its ID, with its output in
-    place, skips it and records it then (:func:`stale_reason` accepts a missing record).
+    place, skips it and records it then
+    (:func:`~bq_platform.lib.job_decisions.stale_reason` accepts a missing record).
 
     Returns:
         One :class:`JobOutcome` per request, in order.
@@ -417,4 +321,4 @@ def _job_machine(
         if action == "skipped":
             _progress.debug("job %s already done for this content: skipped", job.job_id)
         return _Done(JobOutcome(job.job_id, action, generation, rows), records)
-    raise _exhausted(make_job, partition)
+    raise exhausted_error(make_job, partition)

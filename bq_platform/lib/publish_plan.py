@@ -6,7 +6,8 @@ sources, destination and write disposition, the jobs it would skip as already do
 jobs each table would use against its daily budget.
 
 It runs the publish protocol's own code (:func:`bq_platform.lib.publish.stage_load_plan`,
-:func:`~bq_platform.lib.publish.day_copy_plan`, :func:`bq_platform.lib.jobs.first_decision`)
+:func:`~bq_platform.lib.publish.day_copy_plan`,
+:func:`bq_platform.lib.job_decisions.first_decision`)
 against the production adapter whose HTTP transport is a
 :class:`~bq_platform.lib.warehouse.recording.RecordingSession`: reads go to BigQuery (or,
 offline, see an empty dataset), writes are recorded and never sent. So the requests printed
@@ -19,7 +20,7 @@ import datetime as dt
 import itertools
 from collections.abc import Sequence
 
-from bq_platform.lib.jobs import first_decision
+from bq_platform.lib.job_decisions import first_decision
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.publish import (
     KINDS,

@@ -48,8 +48,8 @@ def test_ledger_rows_are_parameterized_inserts(
     warehouse: BigQueryWarehouse, session: RecordingSession
 ) -> None:
     evil = "x'); DELETE FROM t; --"
-    warehouse.write_publish_record(
-        PublishRecord("pageviews", "19950801", evil, "fp", 1, dt.datetime.now(dt.UTC))
+    warehouse.write_publish_records(
+        [PublishRecord("pageviews", "19950801", evil, "fp", 1, dt.datetime.now(dt.UTC))]
     )
     assert warehouse.read_publish_record("pageviews", "19950801").job_id == evil
     queries = [
@@ -143,16 +143,16 @@ def test_ledger_is_listed_once_per_run_never_queried(
     process's from the next run on (documented in ``bigquery_sql``)."""
     at = dt.datetime(2026, 1, 2, 3, tzinfo=dt.UTC)
     writer = make_warehouse(shim.session())
-    writer.write_publish_record(PublishRecord("pageviews", "19950801", "j1", "f1", 1, at))
+    writer.write_publish_records([PublishRecord("pageviews", "19950801", "j1", "f1", 1, at)])
     session = shim.session()
     reader = make_warehouse(session)
     for _ in range(3):
         assert reader.read_publish_record("pageviews", "19950801").job_id == "j1"
         assert reader.read_publish_record("pageviews", "19950802") is None
     later = at + dt.timedelta(minutes=1)
-    writer.write_publish_record(PublishRecord("pageviews", "19950801", "j2", "f2", 2, later))
+    writer.write_publish_records([PublishRecord("pageviews", "19950801", "j2", "f2", 2, later)])
     assert reader.read_publish_record("pageviews", "19950801").job_id == "j1"  # next run's
-    reader.write_publish_record(PublishRecord("pageviews", "19950803", "j3", "f3", 3, at))
+    reader.write_publish_records([PublishRecord("pageviews", "19950803", "j3", "f3", 3, at)])
     assert reader.read_publish_record("pageviews", "19950803").job_id == "j3"  # its own: now
     assert make_warehouse(shim.session()).read_publish_record("pageviews", "19950801") == (
         PublishRecord("pageviews", "19950801", "j2", "f2", 2, later)

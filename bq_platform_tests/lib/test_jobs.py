@@ -9,13 +9,8 @@ import logging
 import pytest
 
 from bq_platform.lib import jobs
-from bq_platform.lib.jobs import (
-    MAX_GENERATIONS,
-    MAX_JOB_RETRIES,
-    JobOutcome,
-    decide,
-    first_decision,
-)
+from bq_platform.lib.job_decisions import MAX_GENERATIONS, decide, first_decision
+from bq_platform.lib.jobs import MAX_JOB_RETRIES, JobOutcome
 from bq_platform.lib.quota import JobBudget, QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import JobFailedError, JobStatus
 from bq_platform.lib.warehouse.schema import pageviews_spec

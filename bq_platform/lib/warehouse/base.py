@@ -359,16 +359,9 @@ class Warehouse(abc.ABC):
             return None
         return ledger.latest(self._ledger_rows(destination, partition))
 
-    def write_publish_record(self, record: PublishRecord) -> None:
-        """Append ``record`` to the ledger; it supersedes earlier rows of its partition.
-
-        Raises:
-            ValueError: if ``published_at`` is naive.
-        """
-        self.write_publish_records([record])
-
     def write_publish_records(self, records: Sequence[PublishRecord]) -> None:
-        """Append ``records`` to the ledger in one INSERT statement (nothing if empty).
+        """Append ``records`` to the ledger in one INSERT statement (nothing if empty); each
+        supersedes earlier rows of its partition.
 
         A step's 24-72 stage loads record their content at once: on BigQuery one DML query job
         instead of one per load, locally one commit instead of one per load (issue 9).

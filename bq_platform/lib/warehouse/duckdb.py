@@ -44,9 +44,10 @@ from bq_platform.lib.warehouse.base import (
 )
 from bq_platform.lib.warehouse.compare import SpecDifference
 from bq_platform.lib.warehouse.duckdb_background import BackgroundJobs
-from bq_platform.lib.warehouse.duckdb_history import JOBS_TABLE, DuckDBJobHistory
+from bq_platform.lib.warehouse.duckdb_history import JOBS_DDL, JOBS_TABLE, DuckDBJobHistory
 from bq_platform.lib.warehouse.duckdb_jobs import DUCKDB_TYPES, column_ddl, ident
 from bq_platform.lib.warehouse.duckdb_open import open_with_retry
+from bq_platform.lib.warehouse.duckdb_session import SessionSettings
 from bq_platform.lib.warehouse.duckdb_sql import DuckDBSql, _now, _require_aware, _rollback, _utc
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 
@@ -57,11 +58,6 @@ DEFAULT_PATH = Path(".bq_platform/warehouse.duckdb")
 # DuckDB column type -> canonical BigQuery name, for reading a table's schema back.
 _BIGQUERY_TYPES: Mapping[str, str] = {v: k for k, v in DUCKDB_TYPES.items()}
 
-
-#: A table name DuckDB does not find is never read from a Python variable of that name in the
-#: caller's frame (DuckDB's "replacement scans", on by default in its Python client): a missing
-#: table is a missing table, as in BigQuery.
-_NO_PYTHON_TABLES = "SET python_enable_replacements = false"
 
 #: What BigQuery keeps about tables and jobs outside the tables themselves.
 TABLES_TABLE = "_bq_platform_tables"
@@ -79,18 +75,7 @@ _INTERNAL_DDL = (
         description VARCHAR NOT NULL,
         created_at TIMESTAMP WITH TIME ZONE NOT NULL,
         updated_at TIMESTAMP WITH TIME ZONE NOT NULL)""",
-    f"""CREATE TABLE IF NOT EXISTS {JOBS_TABLE} (
-        job_id VARCHAR PRIMARY KEY,
-        job_type VARCHAR NOT NULL,
-        destination VARCHAR NOT NULL,
-        "partition" VARCHAR NOT NULL,
-        state VARCHAR NOT NULL,
-        error_reason VARCHAR,
-        error_message VARCHAR,
-        output_rows BIGINT,
-        labels JSON NOT NULL,
-        created_at TIMESTAMP WITH TIME ZONE NOT NULL,
-        finished_at TIMESTAMP WITH TIME ZONE)""",
+    JOBS_DDL,
 )
 
 
@@ -103,48 +88,19 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             outlive the connection.
         lock_timeout_s: how long to keep retrying, in seconds, while another process holds
             the file's write lock, before raising :class:`WarehouseError`.
-        threads: DuckDB worker threads (``SET threads``). One by default: a stage load moves
-            ~10k rows, too few to gain from a second thread, and on the 2-core machine two
-            threads cost 40-65% more CPU for the loads and copies of a 3-day run (144 loads,
-            6 copies, 765k rows: 13.0-15.3 s against 9.1-9.4 s of CPU; issue 9).
-        memory_limit: DuckDB's buffer memory (``SET memory_limit``; beyond it DuckDB spills to
-            disk). Its default is 80% of the RAM (duckdb.org/docs/stable/configuration/overview)
-            and this is the run's driver process: 1,376 MiB at 16x the bench's lines (issue 9).
-        disabled_compression: DuckDB storage compressions not to use when a checkpoint writes
-            tables (``SET disabled_compression_methods``, comma-separated;
-            duckdb.org/docs/stable/configuration/overview). ``fsst`` by default: compressing
-            strings with FSST was 15-25% of the time of a 1x run's 72 stage loads and one
-            copy (4.0-4.5 s without it, 5.2-5.3 s with it), for a file ~30% smaller (156 ->
-            108-111 MB); ``scripts/bench_duckdb_storage.py``, docs/PERFORMANCE.md (issue 9).
-            ``""`` lets DuckDB use every method (its default).
-        max_vacuum_tasks: DuckDB's ``max_vacuum_tasks`` (``duckdb_settings()``: "the maximum
-            vacuum tasks to schedule during a checkpoint"; DuckDB's default is 100). 0 by
-            default: a day's copy appends ~255k rows to ``pageviews`` after a partly filled row
-            group, and the checkpoint at the end of the daily run then merged them again: 0.26 s
-            of a 0.8 s copy-and-close, against 0.03 s without vacuum (issue 9). Six re-publishes
-            of the 1x bench's days (a DELETE and an INSERT each) kept the file at 284-298 MB and
-            12 row groups without vacuum, 304-364 MB with it: row groups whose rows are all
-            deleted are dropped either way (docs/PERFORMANCE.md).
-        auto_checkpoint_skip_wal_threshold: DuckDB's setting of that name, in bytes
-            (``duckdb_settings()``: "the estimated WAL write size at which point we will skip
-            writing to the WAL and only checkpoint. Skipping writing to the WAL means concurrent
-            commits are blocked while the checkpoint is happening"; DuckDB's default is
-            100,000). 1 GB by default: a stage load (~10k rows, ~2 MB) that fills the WAL past
-            ``checkpoint_threshold`` (16 MiB) is then written to the WAL before the checkpoint,
-            and the other worker's load and the publish records do not wait for it. The 144
-            stage loads of the 1x bench on two workers: their commits 2.0 -> 1.5 s, the
-            publish-record INSERTs 0.84 -> 0.41 s, the loads 2.05-2.08 -> 1.82-1.89 s; a larger
-            ``checkpoint_threshold`` only moved the work to the close (issue 9,
-            docs/PERFORMANCE.md).
+        threads, memory_limit, disabled_compression, max_vacuum_tasks,
+        auto_checkpoint_skip_wal_threshold: DuckDB's session settings
+            (:class:`~bq_platform.lib.warehouse.duckdb_session.SessionSettings`, which gives
+            each default and what it was measured against).
         concurrent_jobs: jobs run side by side on this many worker threads, each with its own
             connection (:mod:`~bq_platform.lib.warehouse.duckdb_background`): ``submit_job``
             returns a RUNNING job, as BigQuery does, and ``wait_job`` waits for it. 1 (the
             default) runs each job before ``submit_job`` returns.
 
     Raises:
-        ValueError: if ``path`` is ``:memory:``, ``threads`` or ``concurrent_jobs`` is below 1
-            or ``max_vacuum_tasks`` below 0; on first use, if DuckDB does not know a name in
-            ``disabled_compression``.
+        ValueError: if ``path`` is ``:memory:``, ``concurrent_jobs`` is below 1 or a setting
+            is out of range (:class:`SessionSettings`); on first use, if DuckDB refuses a
+            setting.
 
     Attributes:
         path: absolute path of the database file.
@@ -172,17 +128,15 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         self.path = Path(path).expanduser().resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock_timeout_s = lock_timeout_s
-        if threads < 1:
-            raise ValueError(f"threads must be at least 1, got {threads}")
-        self.threads = threads
         if concurrent_jobs < 1:
             raise ValueError(f"concurrent_jobs must be at least 1, got {concurrent_jobs}")
-        self.memory_limit = memory_limit
-        self.disabled_compression = disabled_compression
-        if max_vacuum_tasks < 0:
-            raise ValueError(f"max_vacuum_tasks must be at least 0, got {max_vacuum_tasks}")
-        self.max_vacuum_tasks = max_vacuum_tasks
-        self.auto_checkpoint_skip_wal_threshold = auto_checkpoint_skip_wal_threshold
+        self.settings = SessionSettings(
+            threads=threads,
+            memory_limit=memory_limit,
+            disabled_compression=disabled_compression,
+            max_vacuum_tasks=max_vacuum_tasks,
+            auto_checkpoint_skip_wal_threshold=auto_checkpoint_skip_wal_threshold,
+        )
         self.metadata_operations: dict[str, int] = {}
         self._lock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -200,22 +154,11 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         with self._lock:
             if self._con is None:
                 con = open_with_retry(self.path, self.lock_timeout_s)
-                # TIMESTAMPTZ -> DATE casts, naive parameters and returned values use it.
-                con.execute("SET TimeZone = 'UTC'")
-                con.execute(_NO_PYTHON_TABLES)
-                con.execute(f"SET threads = {int(self.threads)}")
-                con.execute("SET memory_limit = ?", [self.memory_limit])
-                con.execute(f"SET max_vacuum_tasks = {int(self.max_vacuum_tasks)}")
-                skip_wal = int(self.auto_checkpoint_skip_wal_threshold)
-                con.execute(f"SET auto_checkpoint_skip_wal_threshold = {skip_wal}")
                 try:
-                    con.execute("SET disabled_compression_methods = ?", [self.disabled_compression])
-                except duckdb.Error as exc:
+                    self.settings.apply(con)
+                except ValueError:
                     con.close()
-                    raise ValueError(
-                        f"disabled_compression={self.disabled_compression!r}: DuckDB refused "
-                        f"it ({exc}); give names such as 'fsst,dictionary', or '' for none"
-                    ) from exc
+                    raise
                 if not self._internal_ready:
                     for ddl in _INTERNAL_DDL:
                         con.execute(ddl)
@@ -227,8 +170,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         """A new connection to this database for a job worker, in UTC."""
         with self._connect() as con:
             cursor = con.cursor()
-        cursor.execute("SET TimeZone = 'UTC'")
-        cursor.execute(_NO_PYTHON_TABLES)
+        self.settings.apply_to_cursor(cursor)
         return cursor
 
     def close(self) -> None:

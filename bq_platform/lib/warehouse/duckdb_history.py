@@ -30,6 +30,20 @@ log = logging.getLogger(__name__)
 
 JOBS_TABLE = "_bq_platform_jobs"
 
+#: BigQuery's job history: one row per job, written in the job's own transaction.
+JOBS_DDL = f"""CREATE TABLE IF NOT EXISTS {JOBS_TABLE} (
+    job_id VARCHAR PRIMARY KEY,
+    job_type VARCHAR NOT NULL,
+    destination VARCHAR NOT NULL,
+    "partition" VARCHAR NOT NULL,
+    state VARCHAR NOT NULL,
+    error_reason VARCHAR,
+    error_message VARCHAR,
+    output_rows BIGINT,
+    labels JSON NOT NULL,
+    created_at TIMESTAMP WITH TIME ZONE NOT NULL,
+    finished_at TIMESTAMP WITH TIME ZONE)"""
+
 
 class DuckDBJobHistory:
     """Jobs of :class:`~bq_platform.lib.warehouse.duckdb.DuckDBWarehouse` (a mixin)."""

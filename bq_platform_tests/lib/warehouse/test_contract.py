@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from bq_platform.lib.job_decisions import stale_reason
 from bq_platform.lib.jobids import sha256_json
-from bq_platform.lib.jobs import run_idempotent_job, stale_reason
+from bq_platform.lib.jobs import run_idempotent_job
 from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import (
     CopyJob,
@@ -327,9 +328,9 @@ def test_ledger_is_append_only_latest_wins_one_schema(backend: Backend) -> None:
     assert warehouse.read_publish_record("pageviews", "19950801") is None
     early = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     late = early + dt.timedelta(minutes=1)
-    warehouse.write_publish_record(PublishRecord("pageviews", "19950801", "j2", "f2", 20, late))
-    warehouse.write_publish_record(PublishRecord("pageviews", "19950801", "j1", "f1", 10, early))
-    warehouse.write_publish_record(PublishRecord("pageviews", "19950802", "j9", "f9", 9, early))
+    warehouse.write_publish_records([PublishRecord("pageviews", "19950801", "j2", "f2", 20, late)])
+    warehouse.write_publish_records([PublishRecord("pageviews", "19950801", "j1", "f1", 10, early)])
+    warehouse.write_publish_records([PublishRecord("pageviews", "19950802", "j9", "f9", 9, early)])
     reader = backend.warehouse()
     assert reader.read_publish_record("pageviews", "19950801") == PublishRecord(
         "pageviews", "19950801", "j2", "f2", 20, late

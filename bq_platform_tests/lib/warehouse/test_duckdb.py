@@ -290,7 +290,7 @@ def test_reading_a_publish_record_reads_no_metadata_once_the_ledger_is_ensured(
     record = PublishRecord(
         "pageviews", "19950801", "job_g0", "f" * 64, 10, dt.datetime(2024, 1, 1, 12, tzinfo=UTC)
     )
-    wh.write_publish_record(record)  # ensures the ledger
+    wh.write_publish_records([record])  # ensures the ledger
     reads.clear()
     assert wh.read_publish_record("pageviews", "19950801") == record
     assert reads == []
@@ -301,13 +301,13 @@ def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
     first = PublishRecord(
         "pageviews", "19950801", "job_g0", "f" * 64, 10, dt.datetime(2024, 1, 1, 12, tzinfo=UTC)
     )
-    wh.write_publish_record(first)
+    wh.write_publish_records([first])
     assert wh.read_publish_record("pageviews", "19950801") == first
     tz_plus2 = dt.timezone(dt.timedelta(hours=2))
     second = dataclasses.replace(
         first, job_id="job_g1", rows=11, published_at=dt.datetime(2024, 1, 2, 14, tzinfo=tz_plus2)
     )
-    wh.write_publish_record(second)
+    wh.write_publish_records([second])
 
     got = wh.read_publish_record("pageviews", "19950801")
     assert got == dataclasses.replace(second, published_at=dt.datetime(2024, 1, 2, 12, tzinfo=UTC))
@@ -315,7 +315,7 @@ def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
     assert wh.read_publish_record("pageviews", "19950802") is None
 
     # Append-only, read back latest-wins: a late writer of an older record does not win.
-    wh.write_publish_record(dataclasses.replace(first, job_id="job_late"))
+    wh.write_publish_records([dataclasses.replace(first, job_id="job_late")])
     assert wh.read_publish_record("pageviews", "19950801") == got
     rows = wh.query("SELECT * FROM _bq_platform_published ORDER BY published_at, job_id")
     assert [r["job_id"] for r in rows] == ["job_g0", "job_late", "job_g1"]
@@ -332,11 +332,11 @@ def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
         ]
     )
     # The same time twice: the larger job ID wins, so every reader picks the same row.
-    wh.write_publish_record(dataclasses.replace(second, job_id="job_g2"))
+    wh.write_publish_records([dataclasses.replace(second, job_id="job_g2")])
     latest = wh.read_publish_record("pageviews", "19950801")
     assert latest is not None and latest.job_id == "job_g2"
     with pytest.raises(ValueError, match="timezone-aware"):
-        wh.write_publish_record(dataclasses.replace(first, published_at=dt.datetime(2024, 1, 1)))
+        wh.write_publish_records([dataclasses.replace(first, published_at=dt.datetime(2024, 1, 1))])
 
 
 # ----------------------------------------------------------------------- audit rows
