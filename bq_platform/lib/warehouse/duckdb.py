@@ -18,7 +18,8 @@ local run fails where BigQuery would. This module supplies only what DuckDB does
   raises :class:`~bq_platform.lib.warehouse.base.JobConflictError` (HTTP 409).
 - **Storage settings** (``threads``, ``memory_limit``, ``disabled_compression``,
   ``max_vacuum_tasks``, ``auto_checkpoint_skip_wal_threshold``) are chosen for many small
-  commits on a 2-core machine; each is measured in its argument's description (issue 9).
+  commits on a 2-core machine, each default measured in
+  :class:`~bq_platform.lib.warehouse.duckdb_session.SessionSettings` (issue 9).
 - **Counts** are ``count(*)``: as cheap locally as BigQuery's metadata.
 
 Concurrency: DuckDB lets one process at a time open a database file for writing. The file is
