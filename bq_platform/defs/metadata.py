@@ -58,12 +58,19 @@ def bigquery_job_url(project: str, location: str, job_id: str) -> str:
     return f"{CONSOLE_URL}?{query}"
 
 
-def job_link(warehouse: WarehouseResource, job_id: str) -> dg.MetadataValue:
-    """One job ID: a link to the BigQuery console in production, plain text locally."""
+def _console(warehouse: WarehouseResource, job_id: str) -> tuple[str, str | None]:
+    """The job ID as sent (prefix included) and its console URL; no URL for the local
+    warehouse, which has no console."""
     if isinstance(warehouse, BigQueryWarehouseResource):
         sent = f"{warehouse.job_id_prefix}{job_id}"
-        return dg.MetadataValue.url(bigquery_job_url(warehouse.project, warehouse.location, sent))
-    return dg.MetadataValue.text(job_id)
+        return sent, bigquery_job_url(warehouse.project, warehouse.location, sent)
+    return job_id, None
+
+
+def job_link(warehouse: WarehouseResource, job_id: str) -> dg.MetadataValue:
+    """One job ID: a link to the BigQuery console in production, plain text locally."""
+    _, url = _console(warehouse, job_id)
+    return dg.MetadataValue.url(url) if url else dg.MetadataValue.text(job_id)
 
 
 def job_links_markdown(
@@ -76,12 +83,9 @@ def job_links_markdown(
     jobs = list(jobs)
     lines = []
     for table, job_id, action in jobs[:limit]:
-        if isinstance(warehouse, BigQueryWarehouseResource):
-            sent = f"{warehouse.job_id_prefix}{job_id}"
-            url = bigquery_job_url(warehouse.project, warehouse.location, sent)
-            lines.append(f"- `{table}`: [{sent}]({url}) ({action})")
-        else:
-            lines.append(f"- `{table}`: `{job_id}` ({action})")
+        sent, url = _console(warehouse, job_id)
+        shown = f"[{sent}]({url})" if url else f"`{sent}`"
+        lines.append(f"- `{table}`: {shown} ({action})")
     if len(jobs) > limit:
         lines.append(f"- ... and {len(jobs) - limit} more")
     return dg.MetadataValue.md("\n".join(lines) or "(no jobs)")

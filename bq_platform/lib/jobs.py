@@ -78,11 +78,11 @@ class JobOutcome:
 
 @dataclasses.dataclass(frozen=True)
 class _Done:
-    """A finished state machine: its outcome, and the publish record it leaves to write (none
+    """A finished state machine: its outcome, and the publish record it leaves to write (None
     when the ledger already names the job). The drivers write the records, a batch's at once."""
 
     outcome: JobOutcome
-    records: tuple[PublishRecord, ...] = ()
+    record: PublishRecord | None = None
 
 
 def _generation_of(job_id: str, default: int) -> int:
@@ -129,7 +129,7 @@ def run_idempotent_job(
     request = JobRequest(make_job, fingerprint, partition)
     machine = _job_machine(warehouse, request, budget, log or _progress, sleep)
     done = _finish(warehouse, machine, None, wait_timeout_s)
-    warehouse.write_publish_records(done.records)
+    warehouse.write_publish_records([done.record] if done.record else [])
     return done.outcome
 
 
@@ -203,7 +203,7 @@ def run_idempotent_jobs(
             else:
                 log.warning("another job failed too: %s", exc)
     try:
-        warehouse.write_publish_records([r for done in finished for r in done.records])
+        warehouse.write_publish_records([d.record for d in finished if d.record is not None])
     except Exception as exc:
         if first_error is None:
             raise
@@ -306,19 +306,17 @@ def _job_machine(
         rows = status.output_rows
         if rows is None and record is not None and record.fingerprint == fingerprint:
             rows = record.rows
-        records: tuple[PublishRecord, ...] = ()
+        new_record = None
         if record is None or record.job_id != job.job_id:
-            records = (
-                PublishRecord(
-                    destination=table,
-                    partition=partition,
-                    job_id=job.job_id,
-                    fingerprint=fingerprint,
-                    rows=rows or 0,
-                    published_at=dt.datetime.now(dt.UTC),
-                ),
+            new_record = PublishRecord(
+                destination=table,
+                partition=partition,
+                job_id=job.job_id,
+                fingerprint=fingerprint,
+                rows=rows or 0,
+                published_at=dt.datetime.now(dt.UTC),
             )
         if action == "skipped":
             _progress.debug("job %s already done for this content: skipped", job.job_id)
-        return _Done(JobOutcome(job.job_id, action, generation, rows), records)
+        return _Done(JobOutcome(job.job_id, action, generation, rows), new_record)
     raise exhausted_error(make_job, partition)

@@ -18,7 +18,7 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
-from bq_platform.lib.reporting import counts_markdown, totals
+from bq_platform.lib.reporting import COUNT_FIELDS, counts_markdown, totals
 
 ACCOUNTING_CHECK = "accounting_identity"
 REJECTED_SHARE_CHECK = "rejected_share"
@@ -96,23 +96,17 @@ def pageview_files(
         lines_per_pass=settings.lines_per_pass,
     )
     seconds = time.monotonic() - started
-    counts = [c for m in manifests for c in m.counts]
     problems = [p for m in manifests for p in accounting_problems(m)]
     if problems:
         context.log.error("accounting does not balance:\n%s", "\n".join(problems[:50]))
     by_hour = {hour_label(m.hour): _hour_metadata(store, m, attempt_id) for m in manifests}
-    total = totals(counts)
+    summed = ("rows", "files", "bytes", "dead_letter_files", "dead_letter_lines", *COUNT_FIELDS)
     result = partition_results(
         context,
         by_hour,
         {
             "hours": len(hours),
-            **{
-                key: sum(h[key] for h in by_hour.values())
-                for key in ("rows", "sample_rows", "files", "bytes", "dead_letter_files")
-            },
-            "dead_letter_lines": total["rejected"] + total["out_of_window"],
-            **total,
+            **{key: sum(h[key] for h in by_hour.values()) for key in summed},
             "duration_seconds": round(seconds, 2),
             "attempt_id": attempt_id,
         },
@@ -129,7 +123,6 @@ def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) 
     total = totals(manifest.counts)
     return {
         "rows": manifest.rows,
-        "sample_rows": manifest.sample_rows,
         "sample_rate": dg.MetadataValue.text(f"1/{SAMPLE_MODULUS}"),
         "files": len(files),
         "bytes": sum(store.size(k) for k in files),

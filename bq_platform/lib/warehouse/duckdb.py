@@ -206,8 +206,8 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         """``(name, duckdb type, nullable)`` of ``table``'s columns in order; [] if missing.
 
         ``pragma_table_info`` looks the one table up (0.2 ms); ``duckdb_columns()`` lists the
-        columns of every table (6 ms with 300 tables, growing with each hour's stage tables:
-        4 calls per stage load, docs/PERFORMANCE.md). A missing table is a catalog error at bind
+        columns of every table (6 ms with 300 tables, growing with each hour's stage tables;
+        docs/PERFORMANCE.md). A missing table is a catalog error at bind
         time, which leaves an open transaction usable.
         """
         try:
