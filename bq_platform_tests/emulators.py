@@ -196,11 +196,11 @@ class GCSEmulator:
         """``<data-dir>/.cloudstorage``, holding ``<bucket>/<object name>`` (the gs:// root)."""
         return self.data_dir / ".cloudstorage"
 
-    def client(self) -> Any:
-        """A ``google.cloud.storage.Client`` for this emulator."""
+    def client(self, session: requests.Session | None = None) -> Any:
+        """A ``google.cloud.storage.Client`` for this emulator, optionally over ``session``."""
         from bq_platform.lib.objectstore.gcs import gcs_client
 
-        return gcs_client("bqp-emulator", emulator_host=self.endpoint)
+        return gcs_client("bqp-emulator", emulator_host=self.endpoint, http=session)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,7 @@ from http_counts import (  # noqa: E402
     JOBS_PATH,
     QUERY_RESULTS_PATH,
     count_calls,
+    count_object_calls,
     job_tables,
 )
 
@@ -115,6 +116,7 @@ def _spark() -> Any:
 
 def _build_day(work: Path, logs: Path, every: int, gcs_emulator: Any) -> _Day:
     """Land, build (Spark) and upload the NASA day, as ``test_emulator_day.built_day``."""
+    from bq_platform.lib import layout
     from bq_platform.lib.build import build_hours
     from bq_platform.lib.hours import day_hours
     from bq_platform.lib.landing import land_file
@@ -138,7 +140,55 @@ def _build_day(work: Path, logs: Path, every: int, gcs_emulator: Any) -> _Day:
     gcs_emulator.client().create_bucket(bucket)
     gcs = GCSObjectStore(bucket, gcs_emulator.client())
     uploaded = {m.hour: upload_hour(store, gcs, m) for m in manifests}
+    for key in store.list_keys(layout.LANDING_PREFIX):  # the landing zone, for _object_requests
+        gcs.write_bytes(key, store.read_bytes(key))
     return _Day(gcs=gcs, uploaded=uploaded, lines=sum(per_hour.values()))
+
+
+def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
+    """GCS requests of what the hourly steps do with the object store besides Spark's reads
+    and writes and the warehouse's loads, for the day's 24 hours, per phase:
+
+    - ``build reads before Spark``: the build's :func:`list_sites`, :func:`landed_hours` and
+      :func:`verify_landed` (``lib/build.py`` steps 1-2);
+    - ``stage steps' manifests and bytes``: per hour and kind, the hour manifest and the bytes
+      of its files, as ``warehouse/pageviews_stage`` and ``pageviews_sample_stage`` read them
+      for their loads and metadata.
+
+    Returns:
+        ``{"deliveries", "phases": {phase: {operation: requests, "total": n}}, "seconds"}``.
+    """
+    from bq_platform.lib.deliveries import landed_hours, list_sites, verify_landed
+    from bq_platform.lib.hours import day_hours
+    from bq_platform.lib.objectstore.gcs import GCSObjectStore
+    from bq_platform.lib.publish import KINDS, read_hour_manifest, stage_bytes
+
+    hours = day_hours(DAY)
+    phases: dict[str, dict[str, int]] = {}
+    seconds: dict[str, float] = {}
+    session = RecordingSession()
+    gcs = GCSObjectStore(bucket, gcs_emulator.client(session))
+    session.calls.clear()
+
+    started = time.monotonic()
+    found = landed_hours(gcs, list_sites(gcs), hours)
+    every = [d for deliveries, _ in found.values() for d in deliveries]
+    verify_landed(gcs, every)
+    phases["build reads before Spark"] = count_object_calls(session.calls)
+    seconds["build reads before Spark"] = round(time.monotonic() - started, 2)
+
+    session.calls.clear()
+    started = time.monotonic()
+    for kind in KINDS:
+        for hour in hours:
+            manifest = read_hour_manifest(gcs, hour)
+            if manifest is None:
+                raise RuntimeError(f"{gcs.uri('')}: no hour manifest for {hour:%Y-%m-%dT%H}")
+            stage_bytes(gcs, manifest, kind)
+    phases["stage steps' manifests and bytes"] = count_object_calls(session.calls)
+    seconds["stage steps' manifests and bytes"] = round(time.monotonic() - started, 2)
+    session.close()
+    return {"deliveries": len(every), "phases": phases, "seconds": seconds}
 
 
 def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) -> dict[str, int]:
@@ -227,9 +277,10 @@ def measure(work: Path | None = None, logs: Path = DEFAULT_LOGS, every: int = 1)
         every: keep every ``every``-th line of the NASA log (1: all of it).
 
     Returns:
-        ``{"day", "site", "lines", "every", "build_s", "runs", "met"}``: ``runs[0]`` is the
-        first run and ``runs[1]`` the re-run, each ``{"name", "seconds", "actions",
-        "adapter", **http_counts.count_calls(...)}``; ``met``: both runs meet the target.
+        ``{"day", "site", "lines", "every", "build_s", "runs", "objects", "met"}``:
+        ``runs[0]`` is the first run and ``runs[1]`` the re-run, each ``{"name", "seconds",
+        "actions", "adapter", **http_counts.count_calls(...)}``; ``objects``: the GCS requests
+        of :func:`_object_requests`; ``met``: both runs meet the target.
 
     Raises:
         RuntimeError: if an emulator does not start or the day does not come out right.
@@ -245,6 +296,7 @@ def measure(work: Path | None = None, logs: Path = DEFAULT_LOGS, every: int = 1)
         started = time.monotonic()
         day = _build_day(work, logs, every, gcs_emulator)
         build_s = time.monotonic() - started
+        objects = _object_requests(gcs_emulator, day.gcs.bucket_name)
         shim = BigQueryShim(bq_emulator.endpoint, bq_emulator.project)
         stack.callback(shim.close)
         dataset = unique_name("bench")
@@ -280,6 +332,7 @@ def measure(work: Path | None = None, logs: Path = DEFAULT_LOGS, every: int = 1)
         "every": every,
         "build_s": round(build_s, 1),
         "runs": runs,
+        "objects": objects,
         "met": all(r["summary"]["met"] for r in runs),
     }
 
@@ -313,6 +366,12 @@ def summary_text(result: dict) -> str:
             f"{_bytes(s['check_bytes_billed'])}, processed {_bytes(s['check_bytes_processed'])}"
             f" (BigQuery minimum {s['check_bytes_min_bigquery']:,})",
         ]
+    objects = result.get("objects")
+    if objects:
+        lines.append(f"Object-store requests (GCS JSON API), {objects['deliveries']} deliveries:")
+        for phase, counts in objects["phases"].items():
+            ops = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "total")
+            lines.append(f"  {phase}: {counts['total']} ({ops}; {objects['seconds'][phase]} s)")
     verdict = "met" if result["met"] else "NOT met"
     lines.append(f"  target (1 metadata request per table per run, checks bill 0 bytes): {verdict}")
     return "\n".join(lines)

@@ -334,6 +334,28 @@ def http_markdown(http: dict | None) -> list[str]:
         + ("met" if http["met"] else "NOT met")
         + f"** ({'; '.join(verdicts)})."
     )
+    return out + objects_markdown(http.get("objects"))
+
+
+def objects_markdown(objects: dict | None) -> list[str]:
+    """Lines on the GCS requests of the hourly steps' own reads (``report["http"]["objects"]``,
+    :func:`bench_http._object_requests`)."""
+    if not objects:
+        return []
+    out = [
+        "",
+        f"Object-store requests of the same day on gcp-storage-emulator (GCS JSON API, "
+        f"{objects['deliveries']} landed deliveries, 24 hours; `scripts/bench_http.py`): what "
+        "the build reads before Spark (sites, landed manifests, each landed file checked) and "
+        "what the two stage steps read besides their load jobs (each hour's manifest and the "
+        "bytes of its files). One listing per site, no metadata request per object.",
+        "",
+        "| phase | requests | by operation | seconds (emulator) |",
+        "|---|---|---|---|",
+    ]
+    for phase, counts in objects["phases"].items():
+        ops = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "total")
+        out.append(f"| {phase} | {counts['total']} | {ops} | {objects['seconds'][phase]} |")
     return out
 
 

@@ -278,3 +278,41 @@ def families(run: dict[str, Any]) -> list[dict[str, Any]]:
             entry[key] = entry.get(key, 0) + value
             entry[f"max:{key}"] = max(entry.get(f"max:{key}", 0), value)
     return [out[k] for k in sorted(out)]
+
+
+#: GCS JSON API paths (cloud.google.com/storage/docs/json_api/v1/objects): objects.list is a
+#: GET of the bucket's ``/o``; an object's metadata a GET of ``/o/{name}``, its bytes the same
+#: with ``alt=media`` (or the ``/download/`` path); uploads POST to ``/upload/...``.
+_GCS_BUCKET = re.compile(r"^/storage/v1/b/[^/]+$")
+_GCS_LIST = re.compile(r"^/storage/v1/b/[^/]+/o$")
+_GCS_OBJECT = re.compile(r"^(?:/download)?/storage/v1/b/[^/]+/o/.+$")
+_GCS_UPLOAD = re.compile(r"^/upload/storage/v1/b/[^/]+/o$")
+
+
+def object_op(call: Any) -> str:
+    """The GCS JSON API operation of one request: ``objects.list``, ``objects.get (media)``
+    (a download), ``objects.get`` (metadata: size, existence), ``objects.insert``,
+    ``objects.delete``, ``buckets.get``, or ``METHOD path`` for anything else."""
+    path = unquote(call.path)
+    if _GCS_LIST.match(path) and call.method == "GET":
+        return "objects.list"
+    if _GCS_UPLOAD.match(path):
+        return "objects.insert"
+    if _GCS_OBJECT.match(path) and call.method == "DELETE":
+        return "objects.delete"
+    if _GCS_OBJECT.match(path) and call.method == "GET":
+        if call.query.get("alt") == "media" or path.startswith("/download/"):
+            return "objects.get (media)"
+        return "objects.get"
+    if _GCS_BUCKET.match(path) and call.method == "GET":
+        return "buckets.get"
+    return f"{call.method} {path}"
+
+
+def count_object_calls(calls: list[Any]) -> dict[str, int]:
+    """Requests per GCS operation (:func:`object_op`), plus ``total``."""
+    counts: dict[str, int] = {}
+    for call in calls:
+        op = object_op(call)
+        counts[op] = counts.get(op, 0) + 1
+    return dict(sorted(counts.items())) | {"total": len(calls)}

@@ -61,7 +61,7 @@ from bq_platform.lib.build_read import (
     read_lines,
     sql_conf,
 )
-from bq_platform.lib.deliveries import landed_hour, list_sites, verify_landed
+from bq_platform.lib.deliveries import landed_hours, list_sites, verify_landed
 from bq_platform.lib.hour_manifests import (
     _SAMPLE,
     _SAMPLES,
@@ -148,7 +148,7 @@ def build_hours(
         return []
 
     sites = list_sites(store)
-    scanned = {(site, hour): landed_hour(store, site, hour) for hour in hour_list for site in sites}
+    scanned = landed_hours(store, sites, hour_list)
     deliveries = {k: ds for k, (ds, _) in scanned.items()}
     orphans = {k: found for k, (_, found) in scanned.items()}
     every = [d for ds in deliveries.values() for d in ds]

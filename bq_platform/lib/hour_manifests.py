@@ -77,21 +77,15 @@ def empty_parquet(schema: pa.Schema) -> bytes:
     return parquet_bytes(schema.empty_table())
 
 
-def _parquet_keys(store: ObjectStore, prefix: str) -> list[str]:
-    keys = []
-    for key in store.list_keys(prefix):
+def parquet_files_by_folder(store: ObjectStore, prefix: str) -> dict[str, dict[str, int]]:
+    """The Parquet files under ``prefix`` with their sizes in bytes, by their ``hour=`` folder
+    (one listing: on GCS a listing is a request and carries the sizes, and a day has 24 hours
+    of three outputs)."""
+    out: dict[str, dict[str, int]] = {}
+    for key, size in store.list_sizes(prefix).items():
         name = key.rsplit("/", 1)[-1]
         if name.endswith(".parquet") and not name.startswith((".", "_")):
-            keys.append(key)
-    return keys
-
-
-def parquet_keys_by_folder(store: ObjectStore, prefix: str) -> dict[str, list[str]]:
-    """The Parquet files under ``prefix`` by their ``hour=`` folder (one listing: on GCS a
-    listing is a request, and a day has 24 hours of three outputs)."""
-    out: dict[str, list[str]] = {}
-    for key in _parquet_keys(store, prefix):
-        out.setdefault(key.rsplit("/", 1)[0], []).append(key)
+            out.setdefault(key.rsplit("/", 1)[0], {})[key] = size
     return out
 
 
@@ -158,7 +152,7 @@ def hour_manifests(
         dead_prefix: deadletter_arrow_schema,
     }
     empty: dict[str, bytes] = {}
-    written = {p: parquet_keys_by_folder(store, p) for p in prefixes}  # 3 listings, not 5/hour
+    written = {p: parquet_files_by_folder(store, p) for p in prefixes}  # 3 listings, not 5/hour
     manifests = []
     for hour in hour_list:
         label = layout.hour_label(hour)
@@ -197,14 +191,14 @@ def hour_manifests(
                 )
             )
         folders = {p: hour_folder(p, label) for p in prefixes}
-        files_of = {p: written[p].get(folders[p], []) for p in prefixes}
+        files_of = {p: written[p].get(folders[p], {}) for p in prefixes}
         for prefix in prefixes:
             if not files_of[prefix]:
                 if prefix not in empty:
                     empty[prefix] = empty_parquet(schemas[prefix]())
                 key = f"{folders[prefix]}/part-00000-empty.parquet"
                 store.write_bytes(key, empty[prefix])
-                files_of[prefix] = [key]
+                files_of[prefix] = {key: len(empty[prefix])}
         hour_orphans = [k for site in sites for k in (orphans or {}).get((site, hour), ())]
         checksums += [(layout.parse_landed_key(k)[0], orphan_checksum(k)) for k in hour_orphans]
         input_fp = jobids.input_fingerprint(checksums)
@@ -224,6 +218,8 @@ def hour_manifests(
                 counts=tuple(counts),
                 file_mismatches=tuple(mismatches),
                 orphan_files=tuple(hour_orphans),
+                full_bytes=sum(files_of[full_prefix].values()),
+                sample_bytes=sum(files_of[sample_prefix].values()),
             )
         )
     return manifests

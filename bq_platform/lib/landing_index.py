@@ -25,7 +25,7 @@ from bq_platform.lib.layout import (
     parse_landed_key,
 )
 from bq_platform.lib.manifest import LandedManifest
-from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,21 +121,31 @@ class LandingIndex:
 def scan_landing(store: ObjectStore) -> LandingIndex:
     """Read every landed manifest of the store and find the orphan data files.
 
+    One listing, then the manifests read side by side (``ObjectStore.read_many``: on GCS each
+    is a request).
+
     Raises:
         ManifestError: naming the object if a manifest is unreadable.
+        ObjectNotFoundError: a manifest was deleted between the listing and its read.
     """
     grouped: dict[dt.datetime, list[LandedManifest]] = {}
     data_keys: dict[dt.datetime, list[str]] = {}
+    manifest_keys: list[tuple[dt.datetime, str]] = []
     for key in store.list_keys(LANDING_PREFIX):
         parsed = parse_landed_key(key)
         if parsed is None:
             continue
         _site, hour, name = parsed
-        if not is_landed_manifest_name(name):
+        if is_landed_manifest_name(name):
+            manifest_keys.append((hour, key))
+        else:
             data_keys.setdefault(hour, []).append(key)
-            continue
-        manifest = LandedManifest.from_json(store.read_bytes(key), where=store.uri(key))
-        grouped.setdefault(hour, []).append(manifest)
+    texts = store.read_many([key for _, key in manifest_keys])  # side by side: GCS requests
+    for hour, key in manifest_keys:
+        text = texts[key]
+        if isinstance(text, ObjectNotFoundError):  # deleted since the listing
+            raise text
+        grouped.setdefault(hour, []).append(LandedManifest.from_json(text, where=store.uri(key)))
     by_hour = {}
     for hour in sorted(set(grouped) | set(data_keys)):
         manifests = grouped.get(hour, [])

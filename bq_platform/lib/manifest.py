@@ -112,6 +112,9 @@ class HourManifest:
         orphan_files: keys of landed data files of the hour that no manifest names: an
             incomplete delivery, so the hour is incomplete (absent in manifests written before
             issue 7: read as none).
+        full_bytes / sample_bytes: total size in bytes of ``full_files`` / ``sample_files``,
+            from the build's listing of its outputs, so a step that reports them sends no
+            request per file (issue 9); None in manifests written before.
         created_at: UTC time the manifest was written.
     """
 
@@ -127,6 +130,8 @@ class HourManifest:
     counts: tuple[SiteHourCounts, ...]
     file_mismatches: tuple[Mapping[str, Any], ...] = ()
     orphan_files: tuple[str, ...] = ()
+    full_bytes: int | None = None
+    sample_bytes: int | None = None
     created_at: dt.datetime = dataclasses.field(
         default_factory=lambda: dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
@@ -148,6 +153,8 @@ class HourManifest:
                 "counts": [c.to_json() for c in self.counts],
                 "file_mismatches": [dict(m) for m in self.file_mismatches],
                 "orphan_files": list(self.orphan_files),
+                "full_bytes": self.full_bytes,
+                "sample_bytes": self.sample_bytes,
                 "created_at": self.created_at.isoformat(),
             },
             indent=1,
@@ -176,10 +183,16 @@ class HourManifest:
                 counts=tuple(SiteHourCounts.from_json(c) for c in data["counts"]),
                 file_mismatches=tuple(data.get("file_mismatches", ())),
                 orphan_files=tuple(str(k) for k in data.get("orphan_files", ())),
+                full_bytes=_optional_int(data.get("full_bytes")),
+                sample_bytes=_optional_int(data.get("sample_bytes")),
                 created_at=dt.datetime.fromisoformat(data["created_at"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{where}: bad or missing field: {exc}") from exc
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _load(text: str | bytes, where: str, expected_format: str) -> dict[str, Any]:

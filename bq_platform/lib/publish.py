@@ -26,7 +26,7 @@ from bq_platform.lib.jobids import (
 from bq_platform.lib.jobs import JobOutcome, JobRequest, run_idempotent_jobs
 from bq_platform.lib.layout import hour_label, hour_manifest_key
 from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import (
@@ -60,12 +60,24 @@ def stage_files(manifest: HourManifest, kind: str) -> list[str]:
     return list(manifest.full_files if kind == "full" else manifest.sample_files)
 
 
+def stage_bytes(store: ObjectStore, manifest: HourManifest, kind: str) -> int:
+    """Total size in bytes of the hour's ``kind`` Parquet files: as its manifest records it, or
+    (a manifest written before it did) one size request per file."""
+    recorded = manifest.full_bytes if kind == "full" else manifest.sample_bytes
+    if recorded is not None:
+        return recorded
+    return sum(store.size(k) for k in stage_files(manifest, kind))
+
+
 def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
-    """The hour's manifest, or None if the hour was never built."""
+    """The hour's manifest, or None if the hour was never built (one read: on GCS an
+    existence check first would be a second request per hour)."""
     key = hour_manifest_key(hour)
-    if not store.exists(key):
+    try:
+        text = store.read_bytes(key)
+    except ObjectNotFoundError:
         return None
-    return HourManifest.from_json(store.read_bytes(key), where=store.uri(key))
+    return HourManifest.from_json(text, where=store.uri(key))
 
 
 @dataclasses.dataclass(frozen=True)

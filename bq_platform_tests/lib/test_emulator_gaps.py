@@ -140,3 +140,17 @@ def test_gap_num_rows_not_updated_by_dml(raw: Raw) -> None:
     raw.client.query(f"DELETE FROM `{raw.ref('a')}` WHERE TRUE").result()
     assert raw.count("a") == 0
     assert raw.client.get_table(raw.ref("a")).num_rows == 3  # BigQuery: 0
+
+
+def test_gap_gcs_listing_ignores_start_and_end_offset(gcs_emulator: GCSEmulator) -> None:
+    """GAP-GCS-OFFSETS (gcp-storage-emulator): objects.list's ``startOffset``/``endOffset``
+    (cloud.google.com/storage/docs/json_api/v1/objects/list) are ignored, so every object
+    under the prefix comes back. ``GCSObjectStore.list_sizes`` sends them (GCS filters
+    server-side) and applies the range itself as well."""
+    bucket = gcs_emulator.client().create_bucket(unique_name("gaps").replace("_", "-"))
+    for name in ("p/a", "p/b", "p/c"):
+        bucket.blob(name).upload_from_string(b"x")
+    listed = gcs_emulator.client().list_blobs(
+        bucket.name, prefix="p/", start_offset="p/b", end_offset="p/c"
+    )
+    assert [b.name for b in listed] == ["p/a", "p/b", "p/c"]  # GCS: ["p/b"]

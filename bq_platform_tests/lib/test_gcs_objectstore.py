@@ -7,7 +7,7 @@ import pytest
 from bq_platform.lib import layout
 from bq_platform.lib.objectstore.base import ObjectNotFoundError
 from bq_platform.lib.objectstore.gcs import GCSObjectStore, gcs_client
-from bq_platform_tests.emulators import GCSEmulator
+from bq_platform_tests.emulators import GCSEmulator, RecordingSession
 
 pytestmark = pytest.mark.emulator
 
@@ -60,6 +60,44 @@ def test_listing_keys_and_folders(store: GCSObjectStore) -> None:
         ("epa.gov", HOUR),
         ("nasa.gov", HOUR),
     ]
+
+
+def test_a_key_range_is_one_listing_with_offsets(
+    gcs_emulator: GCSEmulator, gcs_bucket: str
+) -> None:
+    """``list_keys(start=, end=)`` sends objects.list's ``startOffset``/``endOffset`` (GCS
+    filters server-side) and applies the range itself too: gcp-storage-emulator ignores them."""
+    session = RecordingSession()
+    client = gcs_emulator.client(session)
+    store = GCSObjectStore(gcs_bucket, client, prefix="env/lake")
+    site = f"{layout.LANDING_PREFIX}/site=epa.gov"
+    hours = [HOUR + dt.timedelta(hours=h) for h in range(4)]
+    for hour in hours:
+        store.write_text(f"{layout.landing_hour_prefix('epa.gov', hour)}/f.gz", "x")
+    session.calls.clear()
+
+    start = layout.landing_hour_prefix("epa.gov", hours[1]) + "/"
+    end = layout.landing_hour_prefix("epa.gov", hours[3]) + "/"
+    keys = store.list_keys(site, start=start, end=end)
+
+    assert keys == [f"{layout.landing_hour_prefix('epa.gov', h)}/f.gz" for h in hours[1:3]]
+    (call,) = session.calls
+    assert call.path.endswith(f"/b/{gcs_bucket}/o")
+    assert call.query["startOffset"] == f"env/lake/{start}"
+    assert call.query["endOffset"] == f"env/lake/{end}"
+    assert call.query["prefix"] == f"env/lake/{site}/"
+
+
+def test_read_many_reads_side_by_side_and_maps_missing_keys(store: GCSObjectStore) -> None:
+    keys = [f"many/{i:02d}.json" for i in range(20)]
+    for i, key in enumerate(keys):
+        store.write_text(key, str(i))
+    assert store.read_threads > 1  # GCS: a request per read
+    found = store.read_many([*keys, "many/missing.json"])
+    assert list(found) == [*keys, "many/missing.json"]
+    assert [found[k] for k in keys] == [str(i).encode() for i in range(20)]
+    missing = found["many/missing.json"]
+    assert isinstance(missing, ObjectNotFoundError) and "many/missing.json" in str(missing)
 
 
 def test_delete_prefix_counts_and_keeps_neighbours(store: GCSObjectStore) -> None:

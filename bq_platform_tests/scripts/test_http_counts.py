@@ -164,3 +164,33 @@ def test_tabledata_list_is_a_free_read_not_metadata() -> None:
     assert run["tables"]["pageviews_audit"]["tabledata.list$"] == 1
     assert all(t["metadata"] == 0 for t in run["tables"].values())
     assert run["summary"]["met"] is True and run["summary"]["check_query_jobs"] == 0
+
+
+def test_object_requests_by_gcs_operation_and_their_report() -> None:
+    b = "/storage/v1/b/lake"
+    calls = [
+        _get(b),  # buckets.get
+        HttpCall("GET", f"{b}/o", {"prefix": "landing/pageviews/site=a/"}, None),
+        HttpCall("GET", f"{b}/o/landing%2Fm.json", {"alt": "media"}, None),
+        HttpCall("GET", f"/download{b}/o/landing%2Fx.gz", {"alt": "media"}, None),
+        _get(f"{b}/o/landing%2Fx.gz"),  # metadata only: a size or existence request
+        HttpCall("POST", "/upload/storage/v1/b/lake/o", {"uploadType": "media"}, b"x"),
+        HttpCall("DELETE", f"{b}/o/landing%2Fx.gz", {}, None),
+        HttpCall("PATCH", f"{b}/o/landing%2Fx.gz", {}, None),
+    ]
+    counts = http_counts.count_object_calls(calls)
+    assert counts == {
+        "PATCH /storage/v1/b/lake/o/landing/x.gz": 1,
+        "buckets.get": 1,
+        "objects.delete": 1,
+        "objects.get": 1,
+        "objects.get (media)": 2,
+        "objects.insert": 1,
+        "objects.list": 1,
+        "total": 8,
+    }
+    objects = {"deliveries": 3, "phases": {"reads": counts}, "seconds": {"reads": 0.5}}
+    text = "\n".join(bench_report.objects_markdown(objects))
+    assert "| reads | 8 | PATCH " in text and "objects.get (media) 2" in text
+    assert "| 0.5 |" in text and "3 landed deliveries" in text
+    assert bench_report.objects_markdown(None) == []

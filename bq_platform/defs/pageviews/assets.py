@@ -18,6 +18,7 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
+from bq_platform.lib.publish import KINDS, stage_bytes
 from bq_platform.lib.reporting import COUNT_FIELDS, counts_markdown, totals
 
 ACCOUNTING_CHECK = "accounting_identity"
@@ -125,7 +126,7 @@ def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) 
         "rows": manifest.rows,
         "sample_rate": dg.MetadataValue.text(f"1/{SAMPLE_MODULUS}"),
         "files": len(files),
-        "bytes": sum(store.size(k) for k in files),
+        "bytes": sum(stage_bytes(store, manifest, kind) for kind in KINDS),
         "dead_letter_files": len(manifest.deadletter_files),
         "dead_letter_lines": total["rejected"] + total["out_of_window"],
         **total,

@@ -19,6 +19,7 @@ from bq_platform.lib.publish import (
     load_stage_hours,
     publish_day,
     read_hour_manifest,
+    stage_bytes,
     stage_files,
 )
 from bq_platform.lib.sampling_check import sample_ratio
@@ -138,7 +139,7 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
                 "rows": r.table_rows or 0,
                 "expected_rows": r.expected_rows,
                 "files": len(files),
-                "bytes": sum(store.size(k) for k in files),
+                "bytes": stage_bytes(store, manifest, kind),
                 "job_id": job_link(warehouse, r.outcome.job_id),
                 "job_action": r.outcome.action,
             }

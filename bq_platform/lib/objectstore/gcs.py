@@ -20,6 +20,7 @@ attempt).
 
 import mimetypes
 import os
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.auth.credentials import AnonymousCredentials, Credentials
@@ -96,6 +97,12 @@ class GCSObjectStore(ObjectStore):
         key = _validate_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def _bound(self, bound: str | None) -> str | None:
+        """Object name of a listing bound (any string, e.g. a folder with its ``/``)."""
+        if not bound:
+            return None
+        return f"{self.prefix}/{bound}" if self.prefix else bound
+
     def _folder(self, prefix: str) -> str:
         """Object-name prefix (ending in ``/``) of a folder key, or the root's."""
         prefix = _validate_prefix(prefix)
@@ -131,12 +138,22 @@ class GCSObjectStore(ObjectStore):
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}")
         return int(blob.size)
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def list_sizes(
+        self, prefix: str, *, start: str | None = None, end: str | None = None
+    ) -> dict[str, int]:
         blobs = self.client.list_blobs(
-            self.bucket_name, prefix=self._folder(prefix), retry=GCS_RETRY, timeout=self._timeout
+            self.bucket_name,
+            prefix=self._folder(prefix),
+            start_offset=self._bound(start),
+            end_offset=self._bound(end),
+            retry=GCS_RETRY,
+            timeout=self._timeout,
         )
         # Zero-byte "folder" placeholders (names ending in '/') made by consoles are not keys.
-        return sorted(self._key(b.name) for b in blobs if not b.name.endswith("/"))
+        # The range is applied again here: gcp-storage-emulator ignores startOffset/endOffset
+        # (GAP-GCS-OFFSETS, test_emulator_gaps.py), GCS applies them server-side.
+        sizes = {self._key(b.name): int(b.size or 0) for b in blobs if not b.name.endswith("/")}
+        return {k: sizes[k] for k in sorted(sizes) if self.in_range(k, start, end)}
 
     def list_folders(self, prefix: str) -> list[str]:
         folder = self._folder(prefix)
@@ -190,6 +207,7 @@ def gcs_client(
     *,
     credentials: Credentials | None = None,
     emulator_host: str | None = None,
+    http: Any = None,
 ) -> storage.Client:
     """Build a ``google.cloud.storage.Client``.
 
@@ -203,6 +221,8 @@ def gcs_client(
         project: GCP project ID (used for bucket creation and listing; may be None).
         credentials: explicit credentials; default ADC (or anonymous for an emulator).
         emulator_host: base URL of a GCS emulator, scheme included.
+        http: the ``requests.Session`` the client sends its requests through (default its
+            own); tests and ``scripts/bench_http.py`` pass one that records them.
 
     Returns:
         The client.
@@ -213,8 +233,9 @@ def gcs_client(
             project=project or "emulator-project",
             credentials=credentials or AnonymousCredentials(),
             client_options={"api_endpoint": emulator_host},
+            _http=http,
         )
-    return storage.Client(project=project, credentials=credentials)
+    return storage.Client(project=project, credentials=credentials, _http=http)
 
 
 #: Alias of :func:`gcs_client` (the name ``defs/resources.py`` imports).

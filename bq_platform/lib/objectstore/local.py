@@ -1,5 +1,6 @@
 """Object store on the local file system: the embedded default (``.bq_platform/lake``)."""
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -17,6 +18,11 @@ class LocalObjectStore(ObjectStore):
     Args:
         root: the bucket's directory; created if missing.
     """
+
+    #: A local read is tens of microseconds of Python: threads only add lock hand-offs
+    #: (``scan_landing`` of the 1x bench's 3,600 manifests: 0.21-0.24 s in one thread,
+    #: 0.28-0.33 s in eight).
+    read_threads = 1
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
@@ -54,17 +60,25 @@ class LocalObjectStore(ObjectStore):
         except FileNotFoundError as exc:
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}") from exc
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def list_sizes(
+        self, prefix: str, *, start: str | None = None, end: str | None = None
+    ) -> dict[str, int]:
         base = self._path(prefix) if prefix else self.root
         if not base.is_dir():
-            return []
-        keys = []
-        for dirpath, _dirnames, filenames in os.walk(base):
+            return {}
+        sizes = {}
+        for dirpath, dirnames, filenames in os.walk(base):
+            folder = Path(dirpath).relative_to(self.root).as_posix()
+            head = "" if folder == "." else f"{folder}/"
+            # Walk only the folders whose keys can fall in [start, end) (a site's history is
+            # many hour folders; a build lists a few).
+            dirnames[:] = [d for d in dirnames if _may_hold(f"{head}{d}/", start, end)]
             for name in filenames:
-                if name.startswith(".tmp-"):
-                    continue
-                keys.append((Path(dirpath) / name).relative_to(self.root).as_posix())
-        return sorted(keys)
+                key = head + name
+                if not name.startswith(".tmp-") and self.in_range(key, start, end):
+                    with contextlib.suppress(FileNotFoundError):  # deleted since the walk
+                        sizes[key] = os.stat(os.path.join(dirpath, name)).st_size
+        return {k: sizes[k] for k in sorted(sizes)}
 
     def list_folders(self, prefix: str) -> list[str]:
         base = self._path(prefix)
@@ -89,3 +103,8 @@ class LocalObjectStore(ObjectStore):
             return path.relative_to(self.root).as_posix()
         except ValueError as exc:
             raise ValueError(f"{uri} is not inside the local store {self.root}") from exc
+
+
+def _may_hold(folder: str, start: str | None, end: str | None) -> bool:
+    """Whether keys beginning with ``folder`` (ending in ``/``) can be in ``[start, end)``."""
+    return (end is None or folder < end) and (start is None or start[: len(folder)] <= folder)
