@@ -4,11 +4,14 @@ A *delivery* is one landed manifest and the data file it names
 (:mod:`bq_platform.lib.landing` writes both). Before Spark reads anything, the build
 (:mod:`bq_platform.lib.build`):
 
-- lists the sites (``landing/pageviews/site=<name>``) and each hour's manifests;
+- lists the sites (``landing/pageviews/site=<name>``), then each site's landed files of the
+  hours in one listing, and reads their manifests side by side (:func:`landed_hours`: on GCS
+  every listing and read is a request);
 - marks a delivery whose SHA-256 was already delivered for the same site and hour as a
   duplicate (at-least-once delivery: its lines count as ``duplicates`` and are not read);
 - finds data files that no manifest names (an incomplete delivery: the hour is incomplete);
-- checks every kept file against its manifest (exists, byte size, SHA-256) and raises
+- checks every landed file against its manifest (exists, byte size, SHA-256; one download
+  each) and raises
   :class:`~bq_platform.lib.landing.LandingError` naming each file that disagrees, with what to
   do (land it again: landing repairs what disagrees with its manifest).
 """
