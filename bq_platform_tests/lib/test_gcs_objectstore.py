@@ -86,6 +86,9 @@ def test_a_key_range_is_one_listing_with_offsets(
     assert call.query["startOffset"] == f"env/lake/{start}"
     assert call.query["endOffset"] == f"env/lake/{end}"
     assert call.query["prefix"] == f"env/lake/{site}/"
+    store.write_text(keys[0], "four")  # the listing carries each object's size
+    assert store.list_sizes(site, start=start, end=end) == {keys[0]: 4, keys[1]: 1}
+    assert len(session.calls) == 3  # the write, then one listing: no request per object
 
 
 def test_read_many_reads_side_by_side_and_maps_missing_keys(store: GCSObjectStore) -> None:
