@@ -66,7 +66,7 @@ from bq_platform.lib.hour_manifests import (
     _SAMPLE,
     _SAMPLES,
     HOUR_FOLDER_COLUMN,
-    hour_folder,
+    clear_hour_folders,
     hour_manifests,
     pageview_arrow_schema,
     sum_counts,
@@ -168,9 +168,8 @@ def build_hours(
         time.monotonic() - started,
     )
 
-    for hour in hour_list:  # replace what an earlier try of this attempt left
-        for prefix in (full_prefix, sample_prefix, dead_prefix):
-            store.delete_prefix(hour_folder(prefix, labels[hour]))
+    # Replace what an earlier try of this attempt left (3 listings, not one per hour folder).
+    clear_hour_folders(store, (full_prefix, sample_prefix, dead_prefix), list(labels.values()))
 
     per_file: dict[str, dict[str, Any]] = {}
     visitors: dict[tuple[str, str], tuple[int, int]] = {}

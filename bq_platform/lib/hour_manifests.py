@@ -89,6 +89,23 @@ def parquet_files_by_folder(store: ObjectStore, prefix: str) -> dict[str, dict[s
     return out
 
 
+def clear_hour_folders(store: ObjectStore, prefixes: Sequence[str], labels: Sequence[str]) -> int:
+    """Delete what an earlier try of the same attempt left in the ``hour=`` folders of
+    ``labels`` under each of ``prefixes``; return the objects deleted.
+
+    One listing per prefix finds the folders that hold anything, and only those are deleted:
+    on GCS a folder deletion is a listing request even when the folder is empty, and a fresh
+    attempt over 72 hours has 216 empty folders (3 outputs), 216 requests in a row.
+    """
+    deleted = 0
+    for prefix in prefixes:
+        present = {key[len(prefix) + 1 :].split("/", 1)[0] for key in store.list_keys(prefix)}
+        for label in labels:
+            if f"{HOUR_FOLDER_COLUMN}={label}" in present:
+                deleted += store.delete_prefix(hour_folder(prefix, label))
+    return deleted
+
+
 def hour_folder(prefix: str, label: str) -> str:
     return f"{prefix}/{HOUR_FOLDER_COLUMN}={label}"
 
