@@ -161,7 +161,7 @@ def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
     from bq_platform.lib.deliveries import landed_hours, list_sites, verify_landed
     from bq_platform.lib.hours import day_hours
     from bq_platform.lib.objectstore.gcs import GCSObjectStore
-    from bq_platform.lib.publish import KINDS, read_hour_manifest, stage_bytes
+    from bq_platform.lib.publish import KINDS, read_hour_manifests, stage_bytes
 
     hours = day_hours(DAY)
     phases: dict[str, dict[str, int]] = {}
@@ -179,9 +179,8 @@ def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
 
     session.calls.clear()
     started = time.monotonic()
-    for kind in KINDS:
-        for hour in hours:
-            manifest = read_hour_manifest(gcs, hour)
+    for kind in KINDS:  # as each stage step: its hours' manifests, then their bytes
+        for hour, manifest in read_hour_manifests(gcs, hours).items():
             if manifest is None:
                 raise RuntimeError(f"{gcs.uri('')}: no hour manifest for {hour:%Y-%m-%dT%H}")
             stage_bytes(gcs, manifest, kind)
@@ -204,7 +203,7 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
         day_completeness,
         load_stage_hours,
         publish_day,
-        read_hour_manifest,
+        read_hour_manifests,
     )
     from bq_platform.lib.publish_deadletters import load_day_deadletters
 
@@ -218,7 +217,7 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
     counts = [(day.uploaded[h].counts, day.uploaded[h].fingerprint) for h in hours]
     warehouse.replace_audit_rows(hours, [r for c, f in counts for r in audit_records(c, f, run_id)])
     session.phase("stage loads")
-    manifests = [read_hour_manifest(day.gcs, hour) for hour in hours]
+    manifests = list(read_hour_manifests(day.gcs, hours).values())
     for kind in KINDS:
         for result in load_stage_hours(
             warehouse, day.gcs, manifests, kind, asset="stage", run_id=run_id

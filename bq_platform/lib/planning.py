@@ -30,7 +30,7 @@ from bq_platform.lib.jobids import (
 from bq_platform.lib.landing_index import LandingIndex
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
-from bq_platform.lib.publish import read_hour_manifest
+from bq_platform.lib.publish import read_hour_manifests
 from bq_platform.lib.transform import TRANSFORM_VERSION
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import (
@@ -109,10 +109,8 @@ def plan_day(
     expected = {hour_label(h): expected_hour_fingerprint(index, h, visitor_key) for h in hours}
     closed = is_closed(hours[-1], now)
     stale: list[dt.datetime] = []
-    for hour in hours:
-        if not is_closed(hour, now):
-            continue
-        manifest = read_hour_manifest(store, hour)
+    manifests = read_hour_manifests(store, [h for h in hours if is_closed(h, now)])
+    for hour, manifest in manifests.items():
         if manifest is not None and manifest.fingerprint == expected[hour_label(hour)]:
             continue
         # An empty hour never built waits for the day to close; one with data or an earlier

@@ -69,15 +69,34 @@ def stage_bytes(store: ObjectStore, manifest: HourManifest, kind: str) -> int:
     return sum(store.size(k) for k in stage_files(manifest, kind))
 
 
+def read_hour_manifests(
+    store: ObjectStore, hours: Sequence[dt.datetime]
+) -> dict[dt.datetime, HourManifest | None]:
+    """Each hour's manifest, None for an hour never built, in ``hours``' order.
+
+    One read per hour (on GCS an existence check first would be a second request), the reads
+    side by side (``ObjectStore.read_many``: a day is 24 requests of ~20-100 ms on GCS).
+
+    Raises:
+        ManifestError: naming the object, if a manifest is unreadable.
+    """
+    keys = {hour: hour_manifest_key(hour) for hour in hours}
+    texts = store.read_many(list(keys.values()))
+    return {
+        hour: None
+        if isinstance(texts[key], ObjectNotFoundError)
+        else HourManifest.from_json(texts[key], where=store.uri(key))  # type: ignore[arg-type]
+        for hour, key in keys.items()
+    }
+
+
 def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
-    """The hour's manifest, or None if the hour was never built (one read: on GCS an
-    existence check first would be a second request per hour)."""
-    key = hour_manifest_key(hour)
-    try:
-        text = store.read_bytes(key)
-    except ObjectNotFoundError:
-        return None
-    return HourManifest.from_json(text, where=store.uri(key))
+    """:func:`read_hour_manifests` of one hour.
+
+    Raises:
+        ManifestError: naming the object, if the manifest is unreadable.
+    """
+    return read_hour_manifests(store, [hour])[hour]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,8 +318,7 @@ def day_completeness(
     hours = day_hours(day)
     audit = warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
     audited = {(row["hour"], row["fingerprint"]) for row in audit}
-    for hour in hours:
-        manifest = read_hour_manifest(store, hour)
+    for hour, manifest in read_hour_manifests(store, hours).items():
         if manifest is None:
             problems[hour] = ["not built (no hour manifest)"]
             continue

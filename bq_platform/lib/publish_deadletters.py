@@ -28,7 +28,7 @@ from bq_platform.lib.jobids import day_fingerprint, day_partition, job_id, job_l
 from bq_platform.lib.jobs import JobOutcome
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.publish import JobPlan, read_hour_manifest, run_plan
+from bq_platform.lib.publish import JobPlan, read_hour_manifests, run_plan
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import deadletters_spec
@@ -120,7 +120,7 @@ def built_hours_of(store: ObjectStore, day: dt.date) -> dict[dt.datetime, HourMa
     Raises:
         ManifestError: if a manifest is unreadable (names the object).
     """
-    manifests = {h: read_hour_manifest(store, h) for h in day_hours(day)}
+    manifests = read_hour_manifests(store, day_hours(day))
     return {h: m for h, m in manifests.items() if m is not None}
 
 

@@ -26,7 +26,7 @@ from bq_platform.lib.publish import (
     KINDS,
     JobPlan,
     day_copy_plan,
-    read_hour_manifest,
+    read_hour_manifests,
     stage_load_plan,
 )
 from bq_platform.lib.publish_deadletters import deadletter_load_plan
@@ -129,8 +129,7 @@ def build_plan(
     for day, day_group in itertools.groupby(ordered, key=lambda h: h.date()):
         plan = DayRequests(day)
         manifests = {}
-        for hour in day_group:
-            manifest = read_hour_manifest(store, hour)
+        for hour, manifest in read_hour_manifests(store, list(day_group)).items():
             if manifest is None:
                 plan.unbuilt_hours.append(hour)
             else:

@@ -32,7 +32,7 @@ from bq_platform.lib.manifest import HourManifest, LandedManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
-from bq_platform.lib.publish import read_hour_manifest, stage_bytes
+from bq_platform.lib.publish import read_hour_manifest, read_hour_manifests, stage_bytes
 from bq_platform.lib.transform import TRANSFORM_VERSION
 
 # The slice has ~200 page visitors, so about one is sampled on average; this key's sample
@@ -247,6 +247,12 @@ def test_manifest_records_its_files_bytes_so_steps_send_no_request_per_file(
     counting = _NoSizeStore(tmp_path / "empty")
     assert read_hour_manifest(counting, H_NASA_1) is None
     assert counting.reads == 1
+    several = _NoSizeStore(built.store.root)
+    hours = [H_NASA_1, H_NASA_1 - dt.timedelta(days=300), *built.manifests]
+    assert read_hour_manifests(several, hours) == {
+        hour: built.manifests.get(hour) for hour in hours
+    }
+    assert several.reads == len(set(hours))  # one read per hour, none to check existence
 
 
 class _NoSizeStore(LocalObjectStore):

@@ -12,7 +12,7 @@ from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, Wa
 from bq_platform.defs.warehouse.assets import pageviews_audit
 from bq_platform.lib.completeness import hour_status, markdown_report, render_png
 from bq_platform.lib.hours import hour_label
-from bq_platform.lib.publish import read_hour_manifest
+from bq_platform.lib.publish import read_hour_manifests
 
 COMPLETENESS_CHECK = "all_hours_complete"
 REPORT_PREFIX = "reports/completeness"
@@ -64,8 +64,7 @@ def pageviews_completeness(
     day = hours[0].date()
     rows = wh.audit_rows(hours[0], hours[-1] + (hours[1] - hours[0]))
     fingerprints = {}
-    for hour in hours:
-        manifest = read_hour_manifest(store, hour)
+    for hour, manifest in read_hour_manifests(store, hours).items():
         if manifest is not None:
             fingerprints[hour_label(hour)] = manifest.fingerprint
     status = hour_status(day, rows, fingerprints)

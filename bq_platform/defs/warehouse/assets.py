@@ -18,7 +18,7 @@ from bq_platform.lib.publish import (
     day_completeness,
     load_stage_hours,
     publish_day,
-    read_hour_manifest,
+    read_hour_manifests,
     stage_bytes,
     stage_files,
 )
@@ -96,8 +96,7 @@ def _stage_asset(kind: str) -> dg.AssetsDefinition:
         store, wh = object_store.get_store(), warehouse.get_warehouse()
         started = time.monotonic()
         manifests, missing = [], []
-        for hour in partition_hours(context):
-            manifest = read_hour_manifest(store, hour)
+        for hour, manifest in read_hour_manifests(store, partition_hours(context)).items():
             if manifest is None:
                 missing.append(hour_label(hour))
             else:
@@ -204,8 +203,7 @@ def pageviews_audit(
     started = time.monotonic()
     hours = partition_hours(context)
     rows_of: dict[str, list[dict]] = {}
-    for hour in hours:
-        manifest = read_hour_manifest(store, hour)
+    for hour, manifest in read_hour_manifests(store, hours).items():
         if manifest is None:
             raise dg.Failure(f"hour {hour_label(hour)} has no manifest: build it first")
         rows_of[hour_label(hour)] = audit_records(
