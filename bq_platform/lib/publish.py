@@ -82,12 +82,14 @@ def read_hour_manifests(
     """
     keys = {hour: hour_manifest_key(hour) for hour in hours}
     texts = store.read_many(list(keys.values()))
-    return {
-        hour: None
-        if isinstance(texts[key], ObjectNotFoundError)
-        else HourManifest.from_json(texts[key], where=store.uri(key))  # type: ignore[arg-type]
-        for hour, key in keys.items()
-    }
+    manifests: dict[dt.datetime, HourManifest | None] = {}
+    for hour, key in keys.items():
+        text = texts[key]
+        if isinstance(text, ObjectNotFoundError):  # never built
+            manifests[hour] = None
+        else:
+            manifests[hour] = HourManifest.from_json(text, where=store.uri(key))
+    return manifests
 
 
 def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
