@@ -160,8 +160,9 @@ def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
     """
     from bq_platform.lib.deliveries import landed_hours, list_sites, verify_landed
     from bq_platform.lib.hours import day_hours
+    from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes
     from bq_platform.lib.objectstore.gcs import GCSObjectStore
-    from bq_platform.lib.publish import KINDS, read_hour_manifests, stage_bytes
+    from bq_platform.lib.publish import KINDS
 
     hours = day_hours(DAY)
     phases: dict[str, dict[str, int]] = {}
@@ -198,12 +199,12 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
     """
     from bq_platform.lib.accounting import audit_records
     from bq_platform.lib.hours import day_hours
+    from bq_platform.lib.manifest_reads import read_hour_manifests
     from bq_platform.lib.publish import (
         KINDS,
         day_completeness,
         load_stage_hours,
         publish_day,
-        read_hour_manifests,
     )
     from bq_platform.lib.publish_deadletters import load_day_deadletters
 

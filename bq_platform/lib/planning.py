@@ -28,9 +28,9 @@ from bq_platform.lib.jobids import (
     sha256_json,
 )
 from bq_platform.lib.landing_index import LandingIndex
+from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
-from bq_platform.lib.publish import read_hour_manifests
 from bq_platform.lib.transform import TRANSFORM_VERSION
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import (

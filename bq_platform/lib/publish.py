@@ -24,9 +24,10 @@ from bq_platform.lib.jobids import (
     job_labels,
 )
 from bq_platform.lib.jobs import JobOutcome, JobRequest, run_idempotent_jobs
-from bq_platform.lib.layout import hour_label, hour_manifest_key
+from bq_platform.lib.layout import hour_label
 from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.manifest_reads import read_hour_manifests, stage_files
+from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import (
@@ -53,52 +54,6 @@ def published_spec(kind: str, require_partition_filter: bool) -> TableSpec:
 def expected_rows(manifest: HourManifest, kind: str) -> int:
     """Rows the hour's ``kind`` files hold according to its manifest."""
     return manifest.rows if kind == "full" else manifest.sample_rows
-
-
-def stage_files(manifest: HourManifest, kind: str) -> list[str]:
-    """The object keys of the hour's ``kind`` Parquet files its manifest names."""
-    return list(manifest.full_files if kind == "full" else manifest.sample_files)
-
-
-def stage_bytes(store: ObjectStore, manifest: HourManifest, kind: str) -> int:
-    """Total size in bytes of the hour's ``kind`` Parquet files: as its manifest records it, or
-    (a manifest written before it did) one size request per file."""
-    recorded = manifest.full_bytes if kind == "full" else manifest.sample_bytes
-    if recorded is not None:
-        return recorded
-    return sum(store.size(k) for k in stage_files(manifest, kind))
-
-
-def read_hour_manifests(
-    store: ObjectStore, hours: Sequence[dt.datetime]
-) -> dict[dt.datetime, HourManifest | None]:
-    """Each hour's manifest, None for an hour never built, in ``hours``' order.
-
-    One read per hour (on GCS an existence check first would be a second request), the reads
-    side by side (``ObjectStore.read_many``: a day is 24 requests of ~20-100 ms on GCS).
-
-    Raises:
-        ManifestError: naming the object, if a manifest is unreadable.
-    """
-    keys = {hour: hour_manifest_key(hour) for hour in hours}
-    texts = store.read_many(list(keys.values()))
-    manifests: dict[dt.datetime, HourManifest | None] = {}
-    for hour, key in keys.items():
-        text = texts[key]
-        if isinstance(text, ObjectNotFoundError):  # never built
-            manifests[hour] = None
-        else:
-            manifests[hour] = HourManifest.from_json(text, where=store.uri(key))
-    return manifests
-
-
-def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
-    """:func:`read_hour_manifests` of one hour.
-
-    Raises:
-        ManifestError: naming the object, if the manifest is unreadable.
-    """
-    return read_hour_manifests(store, [hour])[hour]
 
 
 @dataclasses.dataclass(frozen=True)

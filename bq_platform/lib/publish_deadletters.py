@@ -27,8 +27,9 @@ from bq_platform.lib.hours import day_hours, hour_label
 from bq_platform.lib.jobids import day_fingerprint, day_partition, job_id, job_labels
 from bq_platform.lib.jobs import JobOutcome
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.publish import JobPlan, read_hour_manifests, run_plan
+from bq_platform.lib.publish import JobPlan, run_plan
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.warehouse.base import LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import deadletters_spec

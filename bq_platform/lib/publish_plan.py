@@ -21,12 +21,12 @@ import itertools
 from collections.abc import Sequence
 
 from bq_platform.lib.job_decisions import first_decision
+from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.publish import (
     KINDS,
     JobPlan,
     day_copy_plan,
-    read_hour_manifests,
     stage_load_plan,
 )
 from bq_platform.lib.publish_deadletters import deadletter_load_plan

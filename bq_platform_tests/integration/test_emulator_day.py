@@ -39,6 +39,7 @@ from bq_platform.lib.build import build_hours
 from bq_platform.lib.hours import day_hours
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.manifest_reads import read_hour_manifest
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.publish import (
@@ -47,7 +48,6 @@ from bq_platform.lib.publish import (
     expected_rows,
     load_stage_hours,
     publish_day,
-    read_hour_manifest,
 )
 from bq_platform.lib.publish_deadletters import load_day_deadletters
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse

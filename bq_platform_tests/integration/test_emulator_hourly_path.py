@@ -41,6 +41,7 @@ from bq_platform.lib.jobids import hour_partition, job_id
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.layout import hour_manifest_key
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.manifest_reads import read_hour_manifest
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.publish import (
@@ -48,7 +49,6 @@ from bq_platform.lib.publish import (
     day_completeness,
     expected_rows,
     load_stage_hours,
-    read_hour_manifest,
 )
 from bq_platform.lib.transform import PAGEVIEW_COLUMN_NAMES
 from bq_platform.lib.warehouse.base import JobFailedError

@@ -29,10 +29,10 @@ from bq_platform.lib.deliveries import landed_hour
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
+from bq_platform.lib.manifest_reads import read_hour_manifest, read_hour_manifests, stage_bytes
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
-from bq_platform.lib.publish import read_hour_manifest, read_hour_manifests, stage_bytes
 from bq_platform.lib.transform import TRANSFORM_VERSION
 
 # The slice has ~200 page visitors, so about one is sampled on average; this key's sample

@@ -15,10 +15,11 @@ from bq_platform.lib import quality
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.manifest_reads import stage_bytes
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
-from bq_platform.lib.publish import KINDS, stage_bytes
+from bq_platform.lib.publish import KINDS
 from bq_platform.lib.reporting import COUNT_FIELDS, counts_markdown, totals
 
 ACCOUNTING_CHECK = "accounting_identity"

@@ -12,7 +12,7 @@ from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, Wa
 from bq_platform.defs.warehouse.assets import pageviews_audit
 from bq_platform.lib.completeness import hour_status, markdown_report, render_png
 from bq_platform.lib.hours import hour_label
-from bq_platform.lib.publish import read_hour_manifests
+from bq_platform.lib.manifest_reads import read_hour_manifests
 
 COMPLETENESS_CHECK = "all_hours_complete"
 REPORT_PREFIX = "reports/completeness"

@@ -12,15 +12,13 @@ from bq_platform.defs.partitions import daily_partitions, hourly_partitions, par
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.lib.accounting import audit_records
 from bq_platform.lib.hours import hour_label
+from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes, stage_files
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish import (
     REJECTED_SHARE_PROBLEM,
     day_completeness,
     load_stage_hours,
     publish_day,
-    read_hour_manifests,
-    stage_bytes,
-    stage_files,
 )
 from bq_platform.lib.sampling_check import sample_ratio
 
