@@ -34,6 +34,7 @@ from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
 from bq_platform.lib.transform import TRANSFORM_VERSION
+from bq_platform_tests.lib.counting_store import CountingStore
 
 # The slice has ~200 page visitors, so about one is sampled on average; this key's sample
 # holds 4 of them (the full-log test below checks the rate on all visitors).
@@ -226,49 +227,34 @@ def test_manifest_records_its_files_bytes_so_steps_send_no_request_per_file(
     """The build's one listing of its outputs gives their sizes (empty files included); a step
     reporting bytes reads them from the manifest, and only an older manifest without them costs
     a size request per file. A missing hour manifest is one read, not an existence check too."""
+    counting = CountingStore(built.store.root)
     for manifest in built.manifests.values():
         for kind, files, recorded in (
             ("full", manifest.full_files, manifest.full_bytes),
             ("sample", manifest.sample_files, manifest.sample_bytes),
         ):
             assert recorded == sum(built.store.size(k) for k in files) > 0
-            assert stage_bytes(_NoSizeStore(built.store.root), manifest, kind) == recorded
+            assert stage_bytes(counting, manifest, kind) == recorded
         assert HourManifest.from_json(manifest.to_json()) == manifest
+    assert counting.counted() == {}  # no request at all
 
     manifest = built.manifests[H_NASA_1]
     older = json.loads(manifest.to_json())
     del older["full_bytes"], older["sample_bytes"]  # written before the fields existed
     parsed = HourManifest.from_json(json.dumps(older))
     assert (parsed.full_bytes, parsed.sample_bytes) == (None, None)
-    assert stage_bytes(built.store, parsed, "full") == manifest.full_bytes
-    with pytest.raises(AssertionError, match="size request"):
-        stage_bytes(_NoSizeStore(built.store.root), parsed, "full")
+    assert stage_bytes(counting, parsed, "full") == manifest.full_bytes
+    assert counting.counted() == {"size": len(manifest.full_files)}  # one per file
 
-    counting = _NoSizeStore(tmp_path / "empty")
-    assert read_hour_manifest(counting, H_NASA_1) is None
-    assert counting.reads == 1
-    several = _NoSizeStore(built.store.root)
+    empty = CountingStore(tmp_path / "empty")
+    assert read_hour_manifest(empty, H_NASA_1) is None
+    assert empty.counted() == {"read_bytes": 1}
     hours = [H_NASA_1, H_NASA_1 - dt.timedelta(days=300), *built.manifests]
-    assert read_hour_manifests(several, hours) == {
+    assert read_hour_manifests(counting, hours) == {
         hour: built.manifests.get(hour) for hour in hours
     }
-    assert several.reads == len(set(hours))  # one read per hour, none to check existence
-
-
-class _NoSizeStore(LocalObjectStore):
-    """A local store whose ``size`` (one request per object on GCS) fails the test."""
-
-    reads = 0
-
-    def size(self, key: str) -> int:
-        raise AssertionError(f"size request for {key}")
-
-    def exists(self, key: str) -> bool:
-        raise AssertionError(f"existence request for {key}")
-
-    def read_bytes(self, key: str) -> bytes:
-        self.reads += 1
-        return super().read_bytes(key)
+    # one read per hour, none to check existence
+    assert counting.counted() == {"read_bytes": len(set(hours))}
 
 
 def test_pages_are_pseudonymized_and_sampled_by_visitor(built) -> None:

@@ -6,38 +6,17 @@ one download, not a metadata request first (docs/PERFORMANCE.md, issue 9). The s
 counts the calls an object store would send as requests.
 """
 
-import collections
-
 import pytest
 
 from bq_platform.lib import layout
 from bq_platform.lib.deliveries import landed_hour, landed_hours, list_sites, verify_landed
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform_tests.lib.counting_store import CountingStore
 from bq_platform_tests.lib.test_build import land, utc
 
 EPA, NASA = "epa.gov", "ksc.nasa.gov"
 HOURS = [utc(1995, 8, 1, h) for h in range(4)]
-
-
-class CountingStore(LocalObjectStore):
-    """A local store that counts the calls that are requests on GCS."""
-
-    def __init__(self, root) -> None:
-        super().__init__(root)
-        self.calls: collections.Counter[str] = collections.Counter()
-
-    def list_keys(self, prefix, *, start=None, end=None):
-        self.calls["list_keys"] += 1
-        return super().list_keys(prefix, start=start, end=end)
-
-    def read_bytes(self, key):
-        self.calls["read_bytes"] += 1
-        return super().read_bytes(key)
-
-    def size(self, key):
-        self.calls["size"] += 1
-        return super().size(key)
 
 
 @pytest.fixture
@@ -59,7 +38,7 @@ def test_one_listing_per_site_for_a_range_of_hours(store: CountingStore) -> None
     asked = [HOURS[0], HOURS[1], HOURS[3]]  # 02:00 lies inside the listed range, not asked
     found = landed_hours(store, [EPA, NASA], asked)
 
-    assert store.calls == {"list_keys": 2, "read_bytes": 2 * 3 + 1}  # manifests only
+    assert store.calls == {"list": 2, "read_bytes": 2 * 3 + 1}  # manifests only
     assert sorted(found) == sorted((s, h) for s in (EPA, NASA) for h in asked)
     for (site, hour), (deliveries, orphans) in found.items():
         assert all(d.manifest.site == site and d.manifest.hour == hour for d in deliveries)

@@ -1,29 +1,11 @@
 """Clearing an attempt's hour folders before a build writes them, in few requests."""
 
-import collections
-
 from bq_platform.lib.hour_manifests import clear_hour_folders, hour_folder
-from bq_platform.lib.objectstore.local import LocalObjectStore
-
-
-class _Counting(LocalObjectStore):
-    """A local store counting the calls that are requests on GCS (a deletion lists first)."""
-
-    def __init__(self, root) -> None:
-        super().__init__(root)
-        self.calls: collections.Counter[str] = collections.Counter()
-
-    def list_sizes(self, prefix, *, start=None, end=None):
-        self.calls["list"] += 1
-        return super().list_sizes(prefix, start=start, end=end)
-
-    def delete_prefix(self, prefix):
-        self.calls["delete_prefix"] += 1
-        return super().delete_prefix(prefix)
+from bq_platform_tests.lib.counting_store import CountingStore
 
 
 def test_only_folders_that_hold_something_are_deleted(tmp_path) -> None:
-    store = _Counting(tmp_path)
+    store = CountingStore(tmp_path)
     prefixes = ("attempt=a/full", "attempt=a/sample", "dead/attempt=a")
     labels = [f"1995-08-01T{h:02d}" for h in range(72 // 3)]
     left = [
