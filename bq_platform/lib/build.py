@@ -5,8 +5,9 @@ This is the body of the ``pageview_files`` asset. Steps 1-3 are
 runs the Spark pass. For a set of UTC hours it:
 
 1. lists the sites (``landing/pageviews/site=<name>``) and every hour's landed manifests;
-2. checks every landed file against its manifest (exists, byte size, SHA-256) and raises
-   :class:`LandingError` naming each file that disagrees;
+2. checks every landed file against its manifest (exists, byte size, checksum: on GCS from the
+   listing's CRC32C, with no download) and raises :class:`LandingError` naming each file that
+   disagrees; a file Spark then cannot read as gzip is a :class:`LandingError` too;
 3. counts a delivery whose checksum was already delivered for the same site and hour once:
    the extra deliveries' lines are ``duplicates`` (at-least-once delivery);
 4. reads the kept files in Spark passes of whole hours, up to ``lines_per_pass`` source lines
@@ -61,7 +62,12 @@ from bq_platform.lib.build_read import (
     read_lines,
     sql_conf,
 )
-from bq_platform.lib.deliveries import landed_hours, list_sites, verify_landed
+from bq_platform.lib.deliveries import (
+    landed_hours,
+    list_sites,
+    unreadable_landed_file,
+    verify_landed,
+)
 from bq_platform.lib.hour_manifests import (
     _SAMPLE,
     _SAMPLES,
@@ -130,7 +136,8 @@ def build_hours(
 
     Raises:
         LandingError: a landed file is missing or disagrees with its manifest, or a manifest is
-            unreadable or misplaced (nothing is written then).
+            unreadable or misplaced (nothing is written then); or Spark cannot read a landed
+            file as gzip (no hour manifest is written then).
         ValueError: an hour is naive or not on the hour, the attempt ID is malformed or the
             key empty.
         RuntimeError: Spark's lines could not all be matched to landed files (a bug: nothing
@@ -185,17 +192,23 @@ def build_hours(
                 len(chunk),
                 sum(m.lines for m in chunk),
             )
-        _run_spark(
-            spark,
-            store,
-            chunk,
-            visitor_key,
-            (full_prefix, sample_prefix, dead_prefix),
-            per_file,
-            visitors,
-            log,
-            window=window,
-        )
+        try:
+            _run_spark(
+                spark,
+                store,
+                chunk,
+                visitor_key,
+                (full_prefix, sample_prefix, dead_prefix),
+                per_file,
+                visitors,
+                log,
+                window=window,
+            )
+        except Exception as exc:
+            unreadable = unreadable_landed_file(exc, store, every)
+            if unreadable is None:
+                raise
+            raise unreadable from None
 
     manifests = hour_manifests(
         store,

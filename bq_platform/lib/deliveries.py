@@ -10,10 +10,18 @@ A *delivery* is one landed manifest and the data file it names
 - marks a delivery whose SHA-256 was already delivered for the same site and hour as a
   duplicate (at-least-once delivery: its lines count as ``duplicates`` and are not read);
 - finds data files that no manifest names (an incomplete delivery: the hour is incomplete);
-- checks every landed file against its manifest (exists, byte size, SHA-256; one download
-  each) and raises
+- checks every landed file against its manifest (exists, byte size, checksum) and raises
   :class:`~bq_platform.lib.landing.LandingError` naming each file that disagrees, with what to
   do (land it again: landing repairs what disagrees with its manifest).
+
+How a file is checked (:func:`verify_landed`): when the store's listing carries the object's
+CRC32C (GCS does, for every object: cloud.google.com/storage/docs/data-validation) and the
+manifest has one (``bq-platform land`` writes it), from the listing the build made anyway: no
+request and no byte through the driver. Otherwise (a local disk, or a producer's manifest
+without ``crc32c``) with one download: its length, SHA-256, CRC32C if the manifest has one, and
+the gzip magic bytes. A file that passes but is no readable gzip (a producer's bad file with a
+matching manifest) fails in Spark's read, which names it; the build turns that into a
+``LandingError`` too (:mod:`bq_platform.lib.build`).
 """
 
 import concurrent.futures
@@ -27,7 +35,13 @@ from bq_platform.lib import layout
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.landing_index import find_orphans
 from bq_platform.lib.manifest import LandedManifest, ManifestError
-from bq_platform.lib.objectstore.base import READ_THREADS, ObjectNotFoundError, ObjectStore
+from bq_platform.lib.objectstore.base import (
+    READ_THREADS,
+    ListedObject,
+    ObjectNotFoundError,
+    ObjectStore,
+    crc32c,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: Allowed landed file names (what the lander writes; Hadoop paths break on ':' and the like).
@@ -37,7 +51,8 @@ _MAX_LISTED_PROBLEMS = 20
 #: Threads checking landed files (object stores reward parallel reads; on GCS each read is a
 #: request).
 _VERIFY_THREADS = READ_THREADS
-_LANDING_HINT = (
+#: What to do about a landed file that disagrees with its manifest or cannot be read.
+LANDING_HINT = (
     "re-land the file with `bq-platform land` (or have its producer deliver it again), "
     "then run these hours again"
 )
@@ -52,11 +67,14 @@ class LandedDelivery:
         manifest: its content.
         duplicate: True when an earlier manifest (by key order) of the same site and hour has
             the same SHA-256: this delivery's lines count as ``duplicates`` and are not read.
+        data_object: the data file as the build's listing saw it (size, and CRC32C where the
+            store keeps one); None when the listing did not have it.
     """
 
     manifest_key: str
     manifest: LandedManifest
     duplicate: bool = False
+    data_object: ListedObject | None = None
 
 
 def list_sites(store: ObjectStore) -> list[str]:
@@ -86,7 +104,8 @@ def landed_hours(
     :func:`bq_platform.lib.landing_index.find_orphans`).
 
     Requests: one listing per site, from the first hour's folder to the one after the last
-    (``list_keys``' ``start``/``end``; hours in between that were not asked for are skipped),
+    (``list_objects``' ``start``/``end``; hours in between that were not asked for are skipped;
+    each delivery keeps its data file's listing entry, :attr:`LandedDelivery.data_object`),
     and the manifests read side by side (``ObjectStore.read_many``). On GCS each listing and
     each read is a request, ~20-100 ms: one listing per site and hour, then one manifest after
     the other, was 7,200 requests in a row for the 72-hour batch of the 1x bench (3,600 landed
@@ -102,22 +121,24 @@ def landed_hours(
     if not wanted:
         return {}
     after_last = wanted[-1] + dt.timedelta(hours=1)
+    listed: dict[str, ListedObject] = {}
     for site in sites:
-        listed = store.list_keys(
+        site_objects = store.list_objects(
             f"{layout.LANDING_PREFIX}/{_SITE_FOLDER}{layout.validate_site(site)}",
             start=layout.landing_hour_prefix(site, wanted[0]) + "/",
             end=layout.landing_hour_prefix(site, after_last) + "/",
         )
-        for key in listed:
+        for key, obj in site_objects.items():
             parsed = layout.parse_landed_key(key)
             if parsed is not None and (site, parsed[1]) in keys:
                 keys[(site, parsed[1])].append(key)
+                listed[key] = obj
     manifest_keys = [
         k for ks in keys.values() for k in ks if layout.parse_landed_manifest_key(k) is not None
     ]
     texts = store.read_many(manifest_keys)
     return {
-        (site, hour): _hour_deliveries(store, site, hour, sorted(ks), texts)
+        (site, hour): _hour_deliveries(store, site, hour, sorted(ks), texts, listed)
         for (site, hour), ks in sorted(keys.items())
     }
 
@@ -139,9 +160,10 @@ def _hour_deliveries(
     hour: dt.datetime,
     keys: Sequence[str],
     texts: dict[str, bytes | ObjectNotFoundError],
+    listed: dict[str, ListedObject],
 ) -> tuple[list[LandedDelivery], list[str]]:
-    """The deliveries and orphans of one site and hour from its folder's ``keys`` and the
-    manifests' ``texts`` (see :func:`landed_hours`)."""
+    """The deliveries and orphans of one site and hour from its folder's ``keys``, the
+    manifests' ``texts`` and the listing's entries (see :func:`landed_hours`)."""
     prefix = layout.landing_hour_prefix(site, hour)
     deliveries: list[LandedDelivery] = []
     seen: set[str] = set()
@@ -155,7 +177,7 @@ def _hour_deliveries(
                 raise text
             manifest = LandedManifest.from_json(text, where=uri)
         except (ManifestError, ObjectNotFoundError) as exc:
-            raise LandingError(f"{exc}; {_LANDING_HINT}") from exc
+            raise LandingError(f"{exc}; {LANDING_HINT}") from exc
         folder, _, name = manifest.data_key.rpartition("/")
         problem = None
         if manifest.site != site or manifest.hour != hour:
@@ -170,16 +192,31 @@ def _hour_deliveries(
                 f"names data file {name!r}: landed files must be gzip named [A-Za-z0-9._-]+.gz"
             )
         if problem:
-            raise LandingError(f"landed manifest {uri} {problem}; {_LANDING_HINT}")
-        deliveries.append(LandedDelivery(key, manifest, duplicate=manifest.sha256 in seen))
+            raise LandingError(f"landed manifest {uri} {problem}; {LANDING_HINT}")
+        deliveries.append(
+            LandedDelivery(
+                key,
+                manifest,
+                duplicate=manifest.sha256 in seen,
+                data_object=listed.get(manifest.data_key),
+            )
+        )
         seen.add(manifest.sha256)
     return deliveries, find_orphans(list(keys), [d.manifest for d in deliveries])
 
 
 def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
+    """What is wrong with ``delivery``'s data file, or None (see :func:`verify_landed`)."""
     manifest = delivery.manifest
     uri = store.uri(manifest.data_key)
     where = f"landed file {uri} (manifest {store.uri(delivery.manifest_key)})"
+    listed = delivery.data_object
+    if listed is not None and listed.crc32c and manifest.crc32c:  # no request: the listing
+        if listed.size != manifest.bytes:
+            return f"{where}: size is {listed.size} bytes, the manifest says {manifest.bytes}"
+        if listed.crc32c != manifest.crc32c:
+            return f"{where}: CRC32C is {listed.crc32c}, the manifest says {manifest.crc32c}"
+        return None
     try:  # one request: the download's length is the size (no metadata request first)
         data = store.read_bytes(manifest.data_key)
     except ObjectNotFoundError:
@@ -189,15 +226,24 @@ def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
     digest = hashlib.sha256(data).hexdigest()
     if digest != manifest.sha256:
         return f"{where}: SHA-256 is {digest}, the manifest says {manifest.sha256}"
+    if manifest.crc32c and crc32c(data) != manifest.crc32c:
+        return f"{where}: CRC32C is {crc32c(data)}, the manifest says {manifest.crc32c}"
     if manifest.bytes and not data.startswith(GZIP_MAGIC):
         return f"{where}: not a gzip file"
     return None
 
 
 def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> None:
-    """Check that every landed file exists with its manifest's byte size and SHA-256.
+    """Check that every landed file exists with its manifest's byte size and checksum.
 
-    Files are read in a few threads (object stores reward parallel reads).
+    From the listing when both the listing (:attr:`LandedDelivery.data_object`) and the
+    manifest have the file's CRC32C: its size and CRC32C, no request. On GCS that is every
+    file ``bq-platform land`` wrote, so a build sends no request per landed file before Spark
+    reads them (a download per file was the whole batch's raw logs through the driver: 41 MB
+    at the 1x bench, ~650 MB at 16x). Otherwise one download per file, in a few threads
+    (object stores reward parallel reads): size, SHA-256, CRC32C when the manifest has one, and
+    the gzip magic bytes. A file the listing did not have is downloaded too, and reported
+    missing.
 
     Raises:
         LandingError: listing every file that is missing or disagrees, and what to do.
@@ -212,5 +258,44 @@ def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> N
             f"{len(problems)} landed file(s) disagree with their manifests:\n  "
             + "\n  ".join(shown)
             + (f"\n  ... and {more} more" if more else "")
-            + f"\nFix: {_LANDING_HINT}."
+            + f"\nFix: {LANDING_HINT}."
         )
+
+
+#: Spark's error for a file its scan could not read (Spark 4 error class ``FAILED_READ_FILE``:
+#: "Encountered error while reading file <path>."), and the root cause Java names after it.
+_FAILED_READ_RE = re.compile(
+    r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file (\S+)\.\s"
+)
+_CAUSED_BY_RE = re.compile(r"^Caused by: (.+)$", re.MULTILINE)
+
+
+def unreadable_landed_file(
+    exc: BaseException, store: ObjectStore, deliveries: Sequence[LandedDelivery]
+) -> LandingError | None:
+    """The :class:`LandingError` for a Spark failure that is a landed file Spark could not read
+    (not gzip, a truncated gzip stream, deleted since it was checked), naming the file, its
+    manifest, the cause and what to do; None for any other failure.
+
+    :func:`~bq_platform.lib.deliveries.verify_landed` checks a file's size and checksum
+    against its manifest; only reading it shows that its bytes are no gzip text (on GCS the
+    check is the listing's CRC32C, without the download that also looked at the gzip magic).
+    :func:`bq_platform.lib.build.build_hours` raises it instead of Spark's error.
+    """
+    found = _FAILED_READ_RE.search(str(exc))
+    if found is None:
+        return None
+    uri = found.group(1)
+    try:
+        key = store.key_for_uri(uri)
+    except ValueError:
+        return None
+    delivery = next((d for d in deliveries if d.manifest.data_key == key), None)
+    if delivery is None:
+        return None
+    causes = _CAUSED_BY_RE.findall(str(exc))
+    cause = causes[-1].strip() if causes else "unreadable"
+    return LandingError(
+        f"landed file {store.uri(key)} (manifest {store.uri(delivery.manifest_key)}) could not "
+        f"be read as gzip text: {cause}; no hour was built. Fix: {LANDING_HINT}."
+    )

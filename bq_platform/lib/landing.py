@@ -12,7 +12,9 @@ local files. For each input file (plain or gzip, Common or Combined Log Format):
    rejects or counts it ``out_of_window`` with its own reason; landing never drops a line and
    never creates an hour that is not a partition (issue 7);
 3. each hour's lines are written as one gzip object named by its SHA-256 (deterministic gzip),
-   then its :class:`~bq_platform.lib.manifest.LandedManifest` is written *last*;
+   then its :class:`~bq_platform.lib.manifest.LandedManifest` is written *last*, with the
+   object's SHA-256 and its CRC32C (the checksum GCS lists with every object, so a build on
+   GCS checks the file without downloading it: :mod:`bq_platform.lib.deliveries`);
 4. what was landed of the source (site + name) is recorded in the landing registry
    (:mod:`bq_platform.lib.landing_registry`), after the data: when the same source arrives
    again starting with the same bytes (a growing log), only the lines after them land. A
@@ -48,7 +50,7 @@ from bq_platform.lib.layout import (
     validate_site,
 )
 from bq_platform.lib.manifest import LandedManifest, ManifestError
-from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore, crc32c
 from bq_platform.lib.partition_window import HourWindow
 
 __all__ = [
@@ -198,7 +200,14 @@ def _land_range(
         sha = hashlib.sha256(gz).hexdigest()
         key = delivery.objects.get(hour) or landed_data_key(site, hour, sha)
         manifest = LandedManifest(
-            site=site, hour=hour, data_key=key, lines=n, bytes=len(gz), sha256=sha, source=source
+            site=site,
+            hour=hour,
+            data_key=key,
+            lines=n,
+            bytes=len(gz),
+            sha256=sha,
+            source=source,
+            crc32c=crc32c(gz),
         )
         objects[hour] = key
         if _object_ok(store, key, manifest):

@@ -14,6 +14,7 @@ Both are versioned with ``format`` so that a reader can refuse a manifest it doe
 import dataclasses
 import datetime as dt
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,8 @@ from bq_platform.lib.accounting import SiteHourCounts
 from bq_platform.lib.layout import hour_label, parse_hour_label
 
 LANDED_MANIFEST_FORMAT = "bq_platform.landed/1"
+#: A CRC32C as GCS encodes it: base64 of 4 bytes.
+_CRC32C_RE = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 HOUR_MANIFEST_FORMAT = "bq_platform.hour/1"
 
 
@@ -42,6 +45,11 @@ class LandedManifest:
         sha256: hex SHA-256 of the landed object's bytes; two deliveries with the same value
             are the same delivery (see :mod:`bq_platform.lib.accounting`, ``duplicates``).
         source: name of the file the lines came from (informational).
+        crc32c: CRC32C of the landed object's bytes, base64 of the big-endian checksum: the
+            value GCS keeps of every object and returns in its listings
+            (:func:`bq_platform.lib.objectstore.base.crc32c`). Optional (``""``: a producer
+            that does not write it); with it, a build on GCS checks the file from the listing
+            it makes anyway instead of downloading it (issue 9, docs/production.md).
     """
 
     site: str
@@ -51,22 +59,23 @@ class LandedManifest:
     bytes: int
     sha256: str
     source: str = ""
+    crc32c: str = ""
 
     def to_json(self) -> str:
-        """Serialize as a one-line JSON document."""
-        return json.dumps(
-            {
-                "format": LANDED_MANIFEST_FORMAT,
-                "site": self.site,
-                "hour": hour_label(self.hour),
-                "data_key": self.data_key,
-                "lines": self.lines,
-                "bytes": self.bytes,
-                "sha256": self.sha256,
-                "source": self.source,
-            },
-            sort_keys=True,
-        )
+        """Serialize as a one-line JSON document (``crc32c`` only when known)."""
+        document = {
+            "format": LANDED_MANIFEST_FORMAT,
+            "site": self.site,
+            "hour": hour_label(self.hour),
+            "data_key": self.data_key,
+            "lines": self.lines,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "source": self.source,
+        }
+        if self.crc32c:
+            document["crc32c"] = self.crc32c
+        return json.dumps(document, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<manifest>") -> "LandedManifest":
@@ -86,11 +95,17 @@ class LandedManifest:
                 bytes=int(data["bytes"]),
                 sha256=str(data["sha256"]),
                 source=str(data.get("source", "")),
+                crc32c=str(data.get("crc32c", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{where}: bad or missing field: {exc}") from exc
         if manifest.lines < 0 or manifest.bytes < 0 or len(manifest.sha256) != 64:
             raise ManifestError(f"{where}: lines/bytes must be >= 0 and sha256 64 hex digits")
+        if manifest.crc32c and not _CRC32C_RE.match(manifest.crc32c):
+            raise ManifestError(
+                f"{where}: crc32c {manifest.crc32c!r} is not a base64 CRC32C (8 characters "
+                "ending in '==', as GCS reports it)"
+            )
         return manifest
 
 

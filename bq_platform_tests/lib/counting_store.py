@@ -27,12 +27,13 @@ def _counted(method: str, label: str) -> Callable[..., Any]:
 class CountingStore(LocalObjectStore):
     """:class:`LocalObjectStore` counting, per method, the calls GCS would answer as requests.
 
-    ``calls`` keys: ``list`` (every listing: ``list_keys`` goes through ``list_sizes``),
+    ``calls`` keys: ``list`` (every listing: ``list_keys`` and ``list_sizes`` go through
+    ``list_objects``),
     ``read_bytes``, ``size``, ``exists``, ``delete_prefix`` (on GCS a listing, then deletions).
     ``read_many`` counts one ``read_bytes`` per key.
     """
 
-    list_sizes = _counted("list_sizes", "list")
+    list_objects = _counted("list_objects", "list")
     read_bytes = _counted("read_bytes", "read_bytes")
     size = _counted("size", "size")
     exists = _counted("exists", "exists")

@@ -30,6 +30,7 @@ from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arr
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
 from bq_platform.lib.manifest_reads import read_hour_manifest, read_hour_manifests, stage_bytes
+from bq_platform.lib.objectstore.base import crc32c
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
@@ -74,7 +75,24 @@ def land(
 ) -> LandedManifest:
     """Write a landed gzip file and (last) its manifest, as a producer would."""
     body = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
-    data = gzip.compress(body, mtime=0)
+    lines_n = len(lines) if manifest_lines is None else manifest_lines
+    return deliver(store, site, hour, gzip.compress(body, mtime=0), lines_n, name=name)
+
+
+def deliver(
+    store: LocalObjectStore,
+    site: str,
+    hour: dt.datetime,
+    data: bytes,
+    lines: int,
+    *,
+    name: str | None = None,
+    source: str = "test",
+    with_crc32c: bool = False,
+) -> LandedManifest:
+    """Write ``data`` as a landed file (named by its SHA-256, or ``name``) and, last, its
+    manifest saying ``lines``; ``with_crc32c``: the manifest has the CRC32C too, as
+    ``bq-platform land`` writes it (a producer's may not)."""
     sha = hashlib.sha256(data).hexdigest()
     key = layout.landed_data_key(site, hour, sha)
     if name is not None:
@@ -83,10 +101,11 @@ def land(
         site=site,
         hour=hour,
         data_key=key,
-        lines=len(lines) if manifest_lines is None else manifest_lines,
+        lines=lines,
         bytes=len(data),
         sha256=sha,
-        source="test",
+        source=source,
+        crc32c=crc32c(data) if with_crc32c else "",
     )
     store.write_bytes(key, data)
     store.write_text(layout.landed_manifest_key(key), manifest.to_json())
@@ -483,6 +502,21 @@ def test_missing_and_truncated_landed_files_raise(spark, small_store) -> None:
         build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
     assert small_store.uri(manifest.data_key) in str(err.value)
     _assert_nothing_built(small_store)
+
+
+def test_a_landed_file_spark_cannot_read_is_a_landing_error(spark, tmp_path) -> None:
+    """Size and checksums agree with the manifest, but the bytes are no gzip stream (on GCS
+    the check is the listing's CRC32C, which cannot see that): Spark's read names the file."""
+    store = LocalObjectStore(tmp_path / "lake")
+    land(store, NASA, H_NASA_1, [ODD[0]])
+    broken = b"\x1f\x8b" + b"not deflate at all" * 10  # the magic bytes, then garbage
+    key = deliver(store, NASA, H_NASA_2, broken, 1, name="broken.log.gz", with_crc32c=True).data_key
+    with pytest.raises(LandingError, match="could not be read as gzip text") as err:
+        build_hours(spark, store, [H_NASA_1, H_NASA_2], attempt_id="x", visitor_key=KEY)
+    message = str(err.value)
+    assert message.startswith(f"landed file {store.uri(key)} (manifest ")
+    assert "Caused by" not in message and "bq-platform land" in message
+    _assert_nothing_built(store)
 
 
 def test_misplaced_or_unreadable_manifest_raises(spark, small_store) -> None:

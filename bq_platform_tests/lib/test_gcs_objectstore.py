@@ -5,8 +5,9 @@ import datetime as dt
 import pytest
 
 from bq_platform.lib import layout
-from bq_platform.lib.objectstore.base import ObjectNotFoundError
+from bq_platform.lib.objectstore.base import ListedObject, ObjectNotFoundError, crc32c
 from bq_platform.lib.objectstore.gcs import GCSObjectStore, gcs_client
+from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform_tests.emulators import GCSEmulator, RecordingSession
 
 pytestmark = pytest.mark.emulator
@@ -89,6 +90,26 @@ def test_a_key_range_is_one_listing_with_offsets(
     store.write_text(keys[0], "four")  # the listing carries each object's size
     assert store.list_sizes(site, start=start, end=end) == {keys[0]: 4, keys[1]: 1}
     assert len(session.calls) == 3  # the write, then one listing: no request per object
+
+
+def test_crc32c_is_encoded_as_gcs_reports_it() -> None:
+    # CRC-32C's check value, 0xE3069283 for b"123456789" (CRC-32/ISCSI in the CRC catalogue,
+    # reveng.sourceforge.io/crc-catalogue), as base64 of its 4 big-endian bytes
+    # (cloud.google.com/storage/docs/json_api/v1/objects, field crc32c).
+    assert crc32c(b"123456789") == "4waSgw=="
+    assert crc32c(b"") == "AAAAAA=="
+
+
+def test_the_listing_carries_each_objects_crc32c(store: GCSObjectStore, tmp_path) -> None:
+    data = {"sums/a.gz": b"\x1f\x8b one", "sums/b/c.gz": b"\x1f\x8b two" * 1000}
+    for key, body in data.items():
+        store.write_bytes(key, body)
+    assert store.list_objects("sums") == {
+        k: ListedObject(len(b), crc32c(b)) for k, b in data.items()
+    }
+    local = LocalObjectStore(tmp_path)  # a disk keeps no checksum: None, not a computed one
+    local.write_bytes("sums/a.gz", data["sums/a.gz"])
+    assert local.list_objects("sums") == {"sums/a.gz": ListedObject(len(data["sums/a.gz"]))}
 
 
 def test_read_many_reads_side_by_side_and_maps_missing_keys(store: GCSObjectStore) -> None:

@@ -1,12 +1,16 @@
 """Landing: split by UTC hour, manifests last, idempotent, never drops a line."""
 
+import base64
+import dataclasses
 import datetime as dt
 import gzip
 import hashlib
+import json
 import re
 from collections import Counter
 from pathlib import Path
 
+import google_crc32c
 import pytest
 
 from bq_platform.lib import landing_split
@@ -19,7 +23,7 @@ from bq_platform.lib.landing import (
 )
 from bq_platform.lib.landing_index import scan_landing
 from bq_platform.lib.layout import landed_manifest_key
-from bq_platform.lib.manifest import LandedManifest
+from bq_platform.lib.manifest import LandedManifest, ManifestError
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.partition_window import HourWindow
 
@@ -63,6 +67,29 @@ def test_real_logs_land_by_utc_hour(tmp_path, access_logs, site, pattern, lines,
             LandedManifest.from_json(store.read_bytes(landed_manifest_key(f.manifest.data_key)))
             == f.manifest
         )
+        # the checksum GCS lists with every object (base64, big-endian), computed apart
+        crc = base64.b64encode(google_crc32c.value(body).to_bytes(4, "big")).decode()
+        assert f.manifest.crc32c == crc
+
+
+def test_a_landed_manifest_crc32c_is_optional_and_checked():
+    manifest = LandedManifest(
+        site="epa.gov",
+        hour=dt.datetime(1995, 8, 1, 4, tzinfo=dt.UTC),
+        data_key="landing/pageviews/site=epa.gov/hour=1995-08-01T04/a.log.gz",
+        lines=9,
+        bytes=10,
+        sha256="ab" * 32,
+        crc32c="4waSgw==",
+    )
+    assert LandedManifest.from_json(manifest.to_json()) == manifest
+    producer = json.loads(manifest.to_json())
+    del producer["crc32c"]  # a producer that does not write it
+    assert LandedManifest.from_json(json.dumps(producer)).crc32c == ""
+    assert "crc32c" not in dataclasses.replace(manifest, crc32c="").to_json()
+    for bad in ("e3069283", "4waSgw", "4waSgw==x", 42):
+        with pytest.raises(ManifestError, match="m.json: crc32c .* is not a base64 CRC32C"):
+            LandedManifest.from_json(json.dumps({**producer, "crc32c": bad}), where="m.json")
 
 
 def test_landing_twice_writes_nothing_new(tmp_path, access_logs):

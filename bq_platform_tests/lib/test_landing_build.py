@@ -5,7 +5,6 @@ counted out of window with their own reason."""
 import collections
 import datetime as dt
 import gzip
-import hashlib
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +16,7 @@ from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.landing_index import scan_landing
-from bq_platform.lib.manifest import HourManifest, LandedManifest
+from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.partition_window import (
     REASON_BEFORE_FIRST_PARTITION,
@@ -26,6 +25,7 @@ from bq_platform.lib.partition_window import (
     out_of_window_reason,
 )
 from bq_platform.lib.publish import day_completeness
+from bq_platform_tests.lib.test_build import deliver
 from bq_platform_tests.lib.test_landing_registry import growth_points
 
 KEY = "landing-build-key"
@@ -70,16 +70,7 @@ def test_orphan_data_file_holds_its_hour_and_is_named(spark, tmp_path):
     assert H4 + dt.timedelta(hours=1) in gate.problems  # not built: the only other reason
 
     # the manifest arrives (written last by its producer): the hour is whole again
-    late = LandedManifest(
-        site=SITE,
-        hour=H4,
-        data_key=orphan,
-        lines=5,
-        bytes=len(body),
-        sha256=hashlib.sha256(body).hexdigest(),
-        source="late",
-    )
-    store.write_text(layout.landed_manifest_key(orphan), late.to_json())
+    deliver(store, SITE, H4, body, 5, name="late-delivery.log.gz", source="late")
     (again,) = build_hours(spark, store, [H4], attempt_id="whole", visitor_key=KEY)
     assert again.orphan_files == () and not accounting_problems(again)
     assert [(c.source_lines, c.pageviews) for c in again.counts] == [(8, 8)]

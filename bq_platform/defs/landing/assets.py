@@ -15,7 +15,7 @@ from bq_platform.lib.landing_index import scan_landing
     tags={"dagster/kind/gcs": "", "dagster/kind/json": ""},
     description=(
         "Access logs landed by producers under landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/,"
-        " one manifest per file (line count, bytes, SHA-256) written last. The manifests' "
+        " one manifest per file (line count, bytes, SHA-256, CRC32C) written last. The manifests' "
         "line counts are the source counts the pipeline's accounting is checked against. "
         "The data version of an hour is the fingerprint of its files' checksums, so an hour "
         "changes version exactly when new content lands."

@@ -6,11 +6,38 @@ Keys are relative ``/``-separated paths (see :mod:`bq_platform.lib.layout`). Imp
 """
 
 import abc
+import base64
 import concurrent.futures
+import dataclasses
 from collections.abc import Sequence
+
+import google_crc32c
 
 #: Threads of :meth:`ObjectStore.read_many` (the storage client's connection pool holds 10).
 READ_THREADS = 8
+
+
+def crc32c(data: bytes) -> str:
+    """The CRC32C of ``data`` as GCS reports an object's: base64 of the 4-byte big-endian
+    checksum (RFC 4960 appendix B), e.g. ``"ROPt5Q=="``; cloud.google.com/storage/docs/
+    json_api/v1/objects, field ``crc32c``, and /storage/docs/data-validation. Computed by
+    google-crc32c (C, several GB/s)."""
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode("ascii")
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedObject:
+    """One object as a listing returns it.
+
+    Attributes:
+        size: bytes.
+        crc32c: the object's CRC32C in :func:`crc32c`'s encoding when the store keeps one
+            (GCS computes it for every object it stores and returns it in objects.list), None
+            when it does not (a local disk: computing it means reading the file).
+    """
+
+    size: int
+    crc32c: str | None = None
 
 
 class ObjectNotFoundError(FileNotFoundError):
@@ -45,24 +72,31 @@ class ObjectStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def list_sizes(
+    def list_objects(
         self, prefix: str, *, start: str | None = None, end: str | None = None
-    ) -> dict[str, int]:
-        """Every key under ``prefix`` (recursive) with its size in bytes, in key order.
+    ) -> dict[str, ListedObject]:
+        """Every key under ``prefix`` (recursive) with its size and checksum, in key order.
 
         ``prefix`` is a folder, no trailing ``/``. ``start``/``end``: only keys
         ``start <= key < end`` (by code point, as GCS orders object names), e.g. a site's hour
         folders from one hour to another. One listing: on GCS a listing is one request per
-        1,000 objects and carries each object's size (objects.list, with ``startOffset`` and
-        ``endOffset``: cloud.google.com/storage/docs/json_api/v1/objects/list), where
-        :meth:`size` is one request per object.
+        1,000 objects and carries each object's size and CRC32C (objects.list, with
+        ``startOffset`` and ``endOffset``: cloud.google.com/storage/docs/json_api/v1/objects/
+        list), where :meth:`size` or a download is one request per object.
         """
+
+    def list_sizes(
+        self, prefix: str, *, start: str | None = None, end: str | None = None
+    ) -> dict[str, int]:
+        """The sizes in bytes of :meth:`list_objects`, in key order."""
+        listed = self.list_objects(prefix, start=start, end=end)
+        return {key: obj.size for key, obj in listed.items()}
 
     def list_keys(
         self, prefix: str, *, start: str | None = None, end: str | None = None
     ) -> list[str]:
-        """The keys of :meth:`list_sizes`, sorted."""
-        return list(self.list_sizes(prefix, start=start, end=end))
+        """The keys of :meth:`list_objects`, sorted."""
+        return list(self.list_objects(prefix, start=start, end=end))
 
     @abc.abstractmethod
     def list_folders(self, prefix: str) -> list[str]:

@@ -27,7 +27,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 from google.cloud.storage import retry as storage_retry
 
-from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.objectstore.base import ListedObject, ObjectNotFoundError, ObjectStore
 from bq_platform.lib.retries import INITIAL_DELAY_S, MAXIMUM_DELAY_S, MULTIPLIER
 
 #: Total retry budget of one GCS call, seconds (the storage client's own default).
@@ -138,9 +138,9 @@ class GCSObjectStore(ObjectStore):
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}")
         return int(blob.size)
 
-    def list_sizes(
+    def list_objects(
         self, prefix: str, *, start: str | None = None, end: str | None = None
-    ) -> dict[str, int]:
+    ) -> dict[str, ListedObject]:
         blobs = self.client.list_blobs(
             self.bucket_name,
             prefix=self._folder(prefix),
@@ -152,8 +152,12 @@ class GCSObjectStore(ObjectStore):
         # Zero-byte "folder" placeholders (names ending in '/') made by consoles are not keys.
         # The range is applied again here: gcp-storage-emulator ignores startOffset/endOffset
         # (GAP-GCS-OFFSETS, test_emulator_gaps.py), GCS applies them server-side.
-        sizes = {self._key(b.name): int(b.size or 0) for b in blobs if not b.name.endswith("/")}
-        return {k: sizes[k] for k in sorted(sizes) if self.in_range(k, start, end)}
+        listed = {
+            self._key(b.name): ListedObject(int(b.size or 0), b.crc32c or None)
+            for b in blobs
+            if not b.name.endswith("/")
+        }
+        return {k: listed[k] for k in sorted(listed) if self.in_range(k, start, end)}
 
     def list_folders(self, prefix: str) -> list[str]:
         folder = self._folder(prefix)

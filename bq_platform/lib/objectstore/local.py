@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.objectstore.base import ListedObject, ObjectNotFoundError, ObjectStore
 
 
 class LocalObjectStore(ObjectStore):
@@ -60,13 +60,15 @@ class LocalObjectStore(ObjectStore):
         except FileNotFoundError as exc:
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}") from exc
 
-    def list_sizes(
+    def list_objects(
         self, prefix: str, *, start: str | None = None, end: str | None = None
-    ) -> dict[str, int]:
+    ) -> dict[str, ListedObject]:
+        """See :meth:`ObjectStore.list_objects`; a local file has no stored checksum, so
+        ``crc32c`` is None (a reader that needs one reads the file)."""
         base = self._path(prefix) if prefix else self.root
         if not base.is_dir():
             return {}
-        sizes = {}
+        listed: dict[str, ListedObject] = {}
         for dirpath, dirnames, filenames in os.walk(base):
             folder = Path(dirpath).relative_to(self.root).as_posix()
             head = "" if folder == "." else f"{folder}/"
@@ -77,8 +79,8 @@ class LocalObjectStore(ObjectStore):
                 key = head + name
                 if not name.startswith(".tmp-") and self.in_range(key, start, end):
                     with contextlib.suppress(FileNotFoundError):  # deleted since the walk
-                        sizes[key] = os.stat(os.path.join(dirpath, name)).st_size
-        return {k: sizes[k] for k in sorted(sizes)}
+                        listed[key] = ListedObject(os.stat(os.path.join(dirpath, name)).st_size)
+        return {k: listed[k] for k in sorted(listed)}
 
     def list_folders(self, prefix: str) -> list[str]:
         base = self._path(prefix)
