@@ -28,7 +28,7 @@ from bq_platform.lib.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.planning import contiguous, plan_day
+from bq_platform.lib.planning import contiguous, lookback_start, plan_day
 from bq_platform.lib.reporting import COUNT_FIELDS, STEP_TOTALS
 from bq_platform.lib.retention import clean_attempts
 from bq_platform.lib.warehouse.base import Warehouse
@@ -83,6 +83,9 @@ class PipelineRunner:
     spark: "SparkResource | None" = None
     """The environment's Spark resource: its session is started in the background once a build
     is due (:meth:`SparkResource.start_in_background`); None: the run starts it."""
+    lookback_days: int = 0
+    """Plan only the UTC days from this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``,
+    :func:`~bq_platform.lib.planning.lookback_start`); 0: every landed day."""
     processed_days: list[dt.date] = dataclasses.field(default_factory=list)
     landed_days: list[dt.date] = dataclasses.field(default_factory=list)
     """The landed days :meth:`run` planned (a scan of every landed manifest, ~1 s at 3,600
@@ -110,6 +113,7 @@ class PipelineRunner:
             store=resources["object_store"].get_store(),
             warehouse=resources["warehouse"].get_warehouse(),
             visitor_key=settings.visitor_key,
+            lookback_days=settings.lookback_days,
             echo=echo,
             instance=instance,
             verbose=verbose,
@@ -121,8 +125,13 @@ class PipelineRunner:
         """The definitions :attr:`load_definitions` gives, loaded on first use."""
         return self.load_definitions()
 
+    def since(self) -> dt.date | None:
+        """The first day of the lookback window (:attr:`lookback_days`), None without one."""
+        return lookback_start(dt.datetime.now(dt.UTC), self.lookback_days)
+
     def index(self) -> LandingIndex:
-        return scan_landing(self.store)
+        """The landing zone, or its days in the lookback window."""
+        return scan_landing(self.store, since=self.since())
 
     def all_days(self) -> list[dt.date]:
         return self.index().days()
@@ -139,11 +148,14 @@ class PipelineRunner:
         ``allow_incomplete`` / ``allow_rejected``: the publish runs' ``allow_incomplete_hours``
         and ``allow_rejected_share`` config (the operator's decision, for this run only).
         """
-        index = self.index()
         if hours is None:
+            since = self.since()
+            if since is not None:
+                self.echo(f"planning the landed days from {since} on (BQ_PLATFORM_LOOKBACK_DAYS)")
+            index = scan_landing(self.store, since=since)
             days = self.landed_days = index.days()
             if not days:
-                self.echo("the landing zone is empty: land files first (bq-platform land)")
+                self.echo(index.empty_reason())
                 return True
             plans = [plan_day(d, index, self.store, self.warehouse, self.visitor_key) for d in days]
             for plan in plans:

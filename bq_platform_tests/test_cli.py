@@ -127,7 +127,9 @@ def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monk
     scans: list[int] = []
     real_scan = runner_module.scan_landing
     monkeypatch.setattr(
-        runner_module, "scan_landing", lambda store: scans.append(1) or real_scan(store)
+        runner_module,
+        "scan_landing",
+        lambda store, since: scans.append(1) or real_scan(store, since),
     )
     summaries: list[list] = []
     monkeypatch.setattr(PipelineRunner, "_run_batch", lambda self, batch, *_: True)

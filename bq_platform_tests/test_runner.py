@@ -79,3 +79,29 @@ def test_no_spark_session_nor_definitions_when_nothing_is_due(tmp_path):
     runner = _runner(tmp_path, events)
     assert runner.run()  # an empty landing zone: nothing to build
     assert events == []
+
+
+def test_a_lookback_window_plans_only_its_days(tmp_path):
+    """``bq-platform run`` with BQ_PLATFORM_LOOKBACK_DAYS: older landed days are not planned,
+    and it says which days it plans."""
+    from bq_platform_tests.lib.test_build import land
+
+    lines: list[str] = []
+    runner = _runner(tmp_path, [])
+    runner.echo = lines.append
+    runner.lookback_days = 2
+    land(runner.store, "epa.gov", dt.datetime.combine(D1, dt.time(4), tzinfo=dt.UTC), [b"x"])
+    assert runner.run()  # 1995 only: nothing in the window
+    since = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=2)
+    assert lines[0] == f"planning the landed days from {since} on (BQ_PLATFORM_LOOKBACK_DAYS)"
+    assert lines[1].startswith(f"nothing landed from {since} on") and len(lines) == 2
+
+    runner.lookback_days = 0
+    lines.clear()
+    runner.warehouse = DuckDBWarehouse(str(tmp_path / "warehouse.duckdb"))
+    runner.spark = None
+    runner._run_batch = lambda *a: True  # type: ignore[method-assign]
+    assert runner.run()
+    assert lines == [
+        f"{D1}: due (24 hours to build (1995-08-01T00, 1995-08-01T01, 1995-08-01T02 ...))"
+    ]

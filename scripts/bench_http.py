@@ -158,8 +158,9 @@ def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
     Returns:
         ``{"deliveries", "phases": {phase: {operation: requests, "total": n}}, "seconds"}``.
     """
-    from bq_platform.lib.deliveries import landed_hours, list_sites, verify_landed
+    from bq_platform.lib.deliveries import landed_hours, verify_landed
     from bq_platform.lib.hours import day_hours
+    from bq_platform.lib.landing_index import list_sites
     from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes
     from bq_platform.lib.objectstore.gcs import GCSObjectStore
     from bq_platform.lib.publish import KINDS

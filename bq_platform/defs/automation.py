@@ -32,7 +32,7 @@ from bq_platform.defs.partitions import daily_partitions, hourly_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.lib.hours import hour_label, partition_day
 from bq_platform.lib.landing_index import scan_landing
-from bq_platform.lib.planning import AutomationPlan, plan_automation
+from bq_platform.lib.planning import AutomationPlan, lookback_start, plan_automation
 
 HOURLY_SELECTION = dg.AssetSelection.assets(
     ["lake", "pageview_files"],
@@ -127,8 +127,9 @@ def run_requests(plan: AutomationPlan) -> list[dg.RunRequest]:
     default_status=dg.DefaultSensorStatus.STOPPED,
     description="Brings every closed UTC day with landed data to published: builds new, late "
     "and empty hours, then publishes the day. Reads hour manifests and publish records (what "
-    "is materialized), so turning it on requests only what is not yet done. Stopped by "
-    "default: turn it on in Automation.",
+    "is materialized), so turning it on requests only what is not yet done. With "
+    "BQ_PLATFORM_LOOKBACK_DAYS set, only the days of that window are planned (older days: "
+    "backfill their partitions). Stopped by default: turn it on in Automation.",
 )
 def pageviews_automation_sensor(
     context: dg.SensorEvaluationContext,
@@ -139,12 +140,13 @@ def pageviews_automation_sensor(
     store = object_store.get_store()
     wh = warehouse.new_warehouse()  # a tick reads the state afresh (no cache of a prior tick)
     try:
+        now = dt.datetime.now(dt.UTC)
         plan = plan_automation(
-            scan_landing(store),
+            scan_landing(store, since=lookback_start(now, settings.lookback_days)),
             store,
             wh,
             settings.visitor_key,
-            now=dt.datetime.now(dt.UTC),
+            now=now,
             busy_days=busy_days(context.instance),
         )
     finally:

@@ -199,6 +199,10 @@ class PipelineSettings(dg.ConfigurableResource):
             (``BQ_PLATFORM_LINES_PER_PASS``; default
             :data:`~bq_platform.lib.build_read.DEFAULT_LINES_PER_PASS`, sized for a 2g local
             driver). Raise it with the executors' memory on a cluster.
+        lookback_days: the automation sensor and ``bq-platform run`` plan the UTC days from
+            this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``); 0, the default:
+            every landed day. Set it in production, where the landing zone holds years
+            (:func:`~bq_platform.lib.planning.lookback_start`).
     """
 
     visitor_key: str
@@ -206,6 +210,7 @@ class PipelineSettings(dg.ConfigurableResource):
     max_rejected_share: float = DEFAULT_MAX_REJECTED_SHARE
     reports_url: str = ""
     lines_per_pass: int = DEFAULT_LINES_PER_PASS
+    lookback_days: int = 0
 
     def budget(self) -> JobBudget:
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
@@ -217,8 +222,9 @@ def local_home() -> Path:
 
 
 def _whole_numbers() -> dict[str, int]:
-    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day) and
-    ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass), when set.
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day),
+    ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass) and ``BQ_PLATFORM_LOOKBACK_DAYS``
+    (days planned), when set.
 
     Raises:
         ValueError: naming the variable, if one is not a positive whole number.
@@ -227,6 +233,7 @@ def _whole_numbers() -> dict[str, int]:
     for variable, field in (
         ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
         ("BQ_PLATFORM_LINES_PER_PASS", "lines_per_pass"),
+        ("BQ_PLATFORM_LOOKBACK_DAYS", "lookback_days"),
     ):
         value = os.environ.get(variable)
         if not value:

@@ -62,12 +62,7 @@ from bq_platform.lib.build_read import (
     read_lines,
     sql_conf,
 )
-from bq_platform.lib.deliveries import (
-    landed_hours,
-    list_sites,
-    unreadable_landed_file,
-    verify_landed,
-)
+from bq_platform.lib.deliveries import landed_hours, unreadable_landed_file, verify_landed
 from bq_platform.lib.hour_manifests import (
     _SAMPLE,
     _SAMPLES,
@@ -77,6 +72,7 @@ from bq_platform.lib.hour_manifests import (
     pageview_arrow_schema,
     sum_counts,
 )
+from bq_platform.lib.landing_index import list_sites
 from bq_platform.lib.manifest import HourManifest, LandedManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow

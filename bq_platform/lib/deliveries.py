@@ -4,7 +4,8 @@ A *delivery* is one landed manifest and the data file it names
 (:mod:`bq_platform.lib.landing` writes both). Before Spark reads anything, the build
 (:mod:`bq_platform.lib.build`):
 
-- lists the sites (``landing/pageviews/site=<name>``), then each site's landed files of the
+- lists the sites (``landing/pageviews/site=<name>``:
+  :func:`~bq_platform.lib.landing_index.list_sites`), then each site's landed files of the
   hours in one listing, and reads their manifests side by side (:func:`landed_hours`: on GCS
   every listing and read is a request);
 - marks a delivery whose SHA-256 was already delivered for the same site and hour as a
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 
 from bq_platform.lib import layout
 from bq_platform.lib.landing import LandingError
-from bq_platform.lib.landing_index import find_orphans
+from bq_platform.lib.landing_index import SITE_FOLDER, find_orphans
 from bq_platform.lib.manifest import LandedManifest, ManifestError
 from bq_platform.lib.objectstore.base import (
     READ_THREADS,
@@ -46,7 +47,6 @@ from bq_platform.lib.objectstore.base import (
 GZIP_MAGIC = b"\x1f\x8b"
 #: Allowed landed file names (what the lander writes; Hadoop paths break on ':' and the like).
 _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_SITE_FOLDER = "site="
 _MAX_LISTED_PROBLEMS = 20
 #: Threads checking landed files (object stores reward parallel reads; on GCS each read is a
 #: request).
@@ -77,25 +77,6 @@ class LandedDelivery:
     data_object: ListedObject | None = None
 
 
-def list_sites(store: ObjectStore) -> list[str]:
-    """Sites with a landing folder (``landing/pageviews/site=<name>``), sorted.
-
-    Raises:
-        LandingError: if a ``site=`` folder has a name the pipeline cannot use.
-    """
-    sites = []
-    for folder in store.list_folders(layout.LANDING_PREFIX):
-        if not folder.startswith(_SITE_FOLDER):
-            continue
-        name = folder[len(_SITE_FOLDER) :]
-        try:
-            sites.append(layout.validate_site(name))
-        except ValueError as exc:
-            uri = store.uri(f"{layout.LANDING_PREFIX}/{folder}")
-            raise LandingError(f"{uri}: {exc}; rename the folder and land its files again") from exc
-    return sites
-
-
 def landed_hours(
     store: ObjectStore, sites: Sequence[str], hours: Sequence[dt.datetime]
 ) -> dict[tuple[str, dt.datetime], tuple[list[LandedDelivery], list[str]]]:
@@ -124,7 +105,7 @@ def landed_hours(
     listed: dict[str, ListedObject] = {}
     for site in sites:
         site_objects = store.list_objects(
-            f"{layout.LANDING_PREFIX}/{_SITE_FOLDER}{layout.validate_site(site)}",
+            f"{layout.LANDING_PREFIX}/{SITE_FOLDER}{layout.validate_site(site)}",
             start=layout.landing_hour_prefix(site, wanted[0]) + "/",
             end=layout.landing_hour_prefix(site, after_last) + "/",
         )

@@ -22,7 +22,8 @@ local files. For each input file (plain or gzip, Common or Combined Log Format):
    held it (the object is rewritten in place) and lands whole with the new lines, so every
    line counts once;
 5. every object already landed for the source, or about to be written, is checked against its
-   manifest (size, SHA-256); a missing or corrupt one is rebuilt from the source (issue 7:
+   manifest (size, and CRC32C from the store's metadata where it keeps one, else SHA-256 of a
+   download); a missing or corrupt one is rebuilt from the source (issue 7:
    "re-land the file" must repair it).
 
 The splitting itself is :mod:`bq_platform.lib.landing_split` (no Python step per line);
@@ -155,13 +156,22 @@ def assign_hours(
 
 
 def _object_ok(store: ObjectStore, key: str, want: LandedManifest | None = None) -> bool:
-    """True if ``key`` and its manifest exist, agree (size, SHA-256) and match ``want``."""
+    """True if ``key`` and its manifest exist, agree and match ``want``.
+
+    Agree: the object's size, and its CRC32C when the store keeps one and the manifest has it
+    (GCS: one metadata request, no download; cloud.google.com/storage/docs/data-validation),
+    else the SHA-256 of its download. Every ``land`` of a growing source checks the objects
+    its earlier deliveries landed, so on GCS a download each was a growing cost.
+    """
     try:
         manifest = LandedManifest.from_json(store.read_bytes(landed_manifest_key(key)))
-        if manifest.data_key != key or store.size(key) != manifest.bytes:
+        stored = store.stat(key)
+        if manifest.data_key != key or stored.size != manifest.bytes:
             return False
         if want is not None and (manifest.sha256, manifest.lines) != (want.sha256, want.lines):
             return False
+        if stored.crc32c and manifest.crc32c:
+            return stored.crc32c == manifest.crc32c
         return hashlib.sha256(store.read_bytes(key)).hexdigest() == manifest.sha256
     except (ObjectNotFoundError, ManifestError):
         return False

@@ -1,9 +1,11 @@
 """An index of the landing zone: which hours have which landed files, and their source counts.
 
-Used by the observable source (data versions), the landing sensor (what changed) and
-``bq-platform run`` (what is left to process). It reads every landed manifest once: one
-listing plus one small read per file. (A production landing zone with years of data should be
-scanned by recent hour prefixes; see docs/production.md.)
+Used by the observable source (data versions), the automation sensor and ``bq-platform run``
+(what is left to process). It reads every landed manifest of the days it covers once: the whole
+landing zone, or the days of the lookback window (``BQ_PLATFORM_LOOKBACK_DAYS``,
+:func:`bq_platform.lib.planning.lookback_start`), listed from each site's first hour folder in
+the window, so that a production landing zone with years of data costs each tick what its
+window holds (docs/production.md).
 
 A data file in an hour folder that no manifest of that folder names is an *orphan*: its
 delivery is incomplete (the manifest is written last, so for a moment every delivery looks like
@@ -19,13 +21,19 @@ from collections.abc import Iterable
 
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.jobids import input_fingerprint
+from bq_platform.lib.landing import LandingError
 from bq_platform.lib.layout import (
     LANDING_PREFIX,
     is_landed_manifest_name,
+    landing_hour_prefix,
     parse_landed_key,
+    validate_site,
 )
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+
+#: The landing zone's site folders: ``landing/pageviews/site=<name>``.
+SITE_FOLDER = "site="
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +110,24 @@ def find_orphans(keys: Iterable[str], manifests: Iterable[LandedManifest]) -> li
 
 @dataclasses.dataclass(frozen=True)
 class LandingIndex:
-    """The landing zone by hour."""
+    """The landing zone by hour.
+
+    Attributes:
+        by_hour: the landed hours.
+        since: the first UTC day the scan covered (:func:`scan_landing`); None: all of them.
+    """
 
     by_hour: dict[dt.datetime, LandedHour]
+    since: dt.date | None = None
+
+    def empty_reason(self) -> str:
+        """Why there is nothing to plan when no hour is landed, with what to do."""
+        if self.since is None:
+            return "the landing zone is empty: land files first (bq-platform land)"
+        return (
+            f"nothing landed from {self.since} on (BQ_PLATFORM_LOOKBACK_DAYS: older days are "
+            "not planned; backfill their partitions, or unset it for bq-platform run)"
+        )
 
     def hours(self) -> list[LandedHour]:
         """Landed hours in time order."""
@@ -118,20 +141,42 @@ class LandingIndex:
         return self.by_hour.get(hour)
 
 
-def scan_landing(store: ObjectStore) -> LandingIndex:
-    """Read every landed manifest of the store and find the orphan data files.
+def scan_landing(store: ObjectStore, since: dt.date | None = None) -> LandingIndex:
+    """Read the landed manifests of the store and find the orphan data files.
 
-    One listing, then the manifests read side by side (``ObjectStore.read_many``: on GCS each
-    is a request).
+    Args:
+        store: the landing zone's object store.
+        since: only the UTC days from this one on (the lookback window of
+            :func:`bq_platform.lib.planning.lookback_start`); None: the whole landing zone.
+
+    Requests: without ``since``, one listing of the landing zone; with it, one listing of the
+    sites and one per site from its folder of ``since``'s first hour (objects.list's
+    ``startOffset``), so the cost follows the window, not the history (a year of 50 sites is
+    ~440k manifests: on GCS a whole scan is ~880 listing pages and 440k reads every sensor
+    tick). Then the manifests read side by side (``ObjectStore.read_many``: on GCS each is a
+    request).
 
     Raises:
         ManifestError: naming the object if a manifest is unreadable.
         ObjectNotFoundError: a manifest was deleted between the listing and its read.
+        LandingError: a ``site=`` folder has a name the pipeline cannot use (with ``since``).
     """
     grouped: dict[dt.datetime, list[LandedManifest]] = {}
     data_keys: dict[dt.datetime, list[str]] = {}
     manifest_keys: list[tuple[dt.datetime, str]] = []
-    for key in store.list_keys(LANDING_PREFIX):
+    if since is None:
+        listed = store.list_keys(LANDING_PREFIX)
+    else:
+        first = dt.datetime.combine(since, dt.time(), tzinfo=dt.UTC)
+        listed = [
+            key
+            for site in list_sites(store)
+            for key in store.list_keys(
+                f"{LANDING_PREFIX}/{SITE_FOLDER}{site}",
+                start=landing_hour_prefix(site, first) + "/",
+            )
+        ]
+    for key in listed:
         parsed = parse_landed_key(key)
         if parsed is None:
             continue
@@ -154,4 +199,23 @@ def scan_landing(store: ObjectStore) -> LandingIndex:
             tuple(sorted(manifests, key=lambda m: m.data_key)),
             tuple(find_orphans(data_keys.get(hour, []), manifests)),
         )
-    return LandingIndex(by_hour)
+    return LandingIndex(by_hour, since)
+
+
+def list_sites(store: ObjectStore) -> list[str]:
+    """Sites with a landing folder (``landing/pageviews/site=<name>``), sorted.
+
+    Raises:
+        LandingError: if a ``site=`` folder has a name the pipeline cannot use.
+    """
+    sites = []
+    for folder in store.list_folders(LANDING_PREFIX):
+        if not folder.startswith(SITE_FOLDER):
+            continue
+        name = folder[len(SITE_FOLDER) :]
+        try:
+            sites.append(validate_site(name))
+        except ValueError as exc:
+            uri = store.uri(f"{LANDING_PREFIX}/{folder}")
+            raise LandingError(f"{uri}: {exc}; rename the folder and land its files again") from exc
+    return sites

@@ -73,6 +73,31 @@ class DayPlan:
         return day_fingerprint(self.hour_fingerprints)
 
 
+def lookback_start(now: dt.datetime, lookback_days: int) -> dt.date | None:
+    """The first UTC day the automation sensor and ``bq-platform run`` plan: ``lookback_days``
+    days before ``now``'s UTC day (``BQ_PLATFORM_LOOKBACK_DAYS``); None for 0, every landed
+    day (the default: the bundled logs are from 1995).
+
+    A production landing zone grows by every hour of every site; planning every landed day
+    reads every landed manifest and 24 hour manifests per day on each sensor tick
+    (:func:`~bq_platform.lib.landing_index.scan_landing`), so its cost grows with the history.
+    With a window it follows the window. Days before it are left as they are: a late file
+    there is built by a backfill of its partitions in the UI, or by ``bq-platform run`` with
+    the variable unset. The window starts on a whole day, so a day is planned with all its
+    hours or not at all.
+
+    Raises:
+        ValueError: if ``lookback_days`` is negative or ``now`` naive.
+    """
+    if lookback_days < 0:
+        raise ValueError(f"lookback_days must be >= 0, got {lookback_days}")
+    if now.tzinfo is None:
+        raise ValueError(f"now must be timezone-aware UTC, got {now!r}")
+    if not lookback_days:
+        return None
+    return now.astimezone(dt.UTC).date() - dt.timedelta(days=lookback_days)
+
+
 def expected_hour_fingerprint(index: LandingIndex, hour: dt.datetime, visitor_key: str) -> str:
     """The fingerprint a fresh build of ``hour`` would have now (an empty hour has one too)."""
     landed = index.get(hour)
@@ -187,11 +212,13 @@ class AutomationPlan:
     requests: list[Request]
     notes: list[str]
     days: int
+    empty_reason: str = ""
+    """What to say when no day is landed (:meth:`LandingIndex.empty_reason`)."""
 
     def skip_reason(self) -> str:
         """One line for the sensor tick when nothing is requested."""
         if not self.days:
-            return "the landing zone is empty: land files first (bq-platform land)"
+            return self.empty_reason
         return f"nothing to run for {self.days} landed days: " + "; ".join(self.notes[:8])
 
 
@@ -238,7 +265,7 @@ def plan_automation(
             )
         else:
             notes.append(f"{day}: {plan.reason}")
-    return AutomationPlan(requests, notes, len(days))
+    return AutomationPlan(requests, notes, len(days), index.empty_reason())
 
 
 def days_of(hours: Iterable[dt.datetime]) -> list[dt.date]:

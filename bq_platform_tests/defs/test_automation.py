@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 from bq_platform.defs.automation import pageviews_automation_sensor, run_days
+from bq_platform.defs.resources import build_resources
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.planning import is_closed
 from bq_platform_tests.defs.conftest import Pipeline
@@ -110,6 +111,28 @@ def test_an_hour_not_yet_closed_is_left_alone_and_a_new_closed_hour_is_requested
         last = dt.datetime.combine(previous.date(), dt.time(23), tzinfo=UTC)
         ends = {hour_label(last) if is_closed(last, now) else label for now in (before, after)}
         assert hourly_range(request)[1] in ends
+
+
+def test_a_lookback_window_plans_only_its_days(pipeline: Pipeline, monkeypatch):
+    """Production sets BQ_PLATFORM_LOOKBACK_DAYS: a tick then reads and plans the window's
+    days only, whatever the landing zone's history holds (issue 9)."""
+    yesterday = dt.datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(
+        days=1
+    )
+    pipeline.land(yesterday.replace(hour=10), 10)
+    pipeline.land(DAY1.replace(hour=10), 10)  # an old day, outside any recent window
+    every = {hourly_range(r)[0][:10] for r in tick(pipeline)}
+    assert every == {"1995-08-01", str(yesterday.date())}
+
+    monkeypatch.setenv("BQ_PLATFORM_LOOKBACK_DAYS", "3")
+    pipeline.resources["settings"] = build_resources("local")["settings"]
+    assert pipeline.resources["settings"].lookback_days == 3
+    (request,) = tick(pipeline)
+    assert hourly_range(request)[0][:10] == str(yesterday.date())
+
+    monkeypatch.setenv("BQ_PLATFORM_LOOKBACK_DAYS", "0")
+    with pytest.raises(ValueError, match="BQ_PLATFORM_LOOKBACK_DAYS must be a positive whole"):
+        build_resources("local")
 
 
 def test_run_days_reads_hourly_ranges_and_daily_partitions():

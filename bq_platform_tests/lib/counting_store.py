@@ -28,14 +28,16 @@ class CountingStore(LocalObjectStore):
     """:class:`LocalObjectStore` counting, per method, the calls GCS would answer as requests.
 
     ``calls`` keys: ``list`` (every listing: ``list_keys`` and ``list_sizes`` go through
-    ``list_objects``),
-    ``read_bytes``, ``size``, ``exists``, ``delete_prefix`` (on GCS a listing, then deletions).
-    ``read_many`` counts one ``read_bytes`` per key.
+    ``list_objects``), ``list_folders`` (on GCS a listing with a delimiter), ``read_bytes``,
+    ``size`` (every metadata request: ``size`` goes through ``stat``), ``exists``,
+    ``delete_prefix`` (on GCS a listing, then deletions). ``read_many`` counts one
+    ``read_bytes`` per key.
     """
 
     list_objects = _counted("list_objects", "list")
+    list_folders = _counted("list_folders", "list_folders")
     read_bytes = _counted("read_bytes", "read_bytes")
-    size = _counted("size", "size")
+    stat = _counted("stat", "size")
     exists = _counted("exists", "exists")
     delete_prefix = _counted("delete_prefix", "delete_prefix")
 

@@ -16,11 +16,11 @@ from bq_platform.lib.deliveries import (
     LandedDelivery,
     landed_hour,
     landed_hours,
-    list_sites,
     unreadable_landed_file,
     verify_landed,
 )
 from bq_platform.lib.landing import LandingError, land_file
+from bq_platform.lib.landing_index import list_sites
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.base import ListedObject, crc32c
 from bq_platform.lib.objectstore.gcs import GCSObjectStore

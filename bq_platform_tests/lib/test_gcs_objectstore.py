@@ -30,6 +30,7 @@ def test_round_trip_bytes_text_size_and_exists(store: GCSObjectStore) -> None:
     store.write_bytes(key, b"\x00\xffbinary")  # replaces the whole object
     assert store.read_bytes(key) == b"\x00\xffbinary"
     assert store.size(key) == 8
+    assert store.stat(key) == ListedObject(8, crc32c(b"\x00\xffbinary"))  # no download
 
 
 def test_missing_objects_raise_with_the_uri(store: GCSObjectStore) -> None:

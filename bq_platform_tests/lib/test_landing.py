@@ -9,6 +9,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote
 
 import google_crc32c
 import pytest
@@ -24,8 +25,10 @@ from bq_platform.lib.landing import (
 from bq_platform.lib.landing_index import scan_landing
 from bq_platform.lib.layout import landed_manifest_key
 from bq_platform.lib.manifest import LandedManifest, ManifestError
+from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.partition_window import HourWindow
+from bq_platform_tests.emulators import GCSEmulator, RecordingSession
 
 UTC = dt.UTC
 TS_RE = re.compile(rb"\[(\d\d)/Aug/1995:(\d\d):\d\d:\d\d -0400\]")
@@ -215,6 +218,38 @@ def test_relanding_repairs_corrupt_landed_file(tmp_path, access_logs, damage, fo
     assert sorted(objects) == sorted(f.manifest.data_key for f in first)
     assert gzip.decompress(store.read_bytes(key)).count(b"\n") == victim.lines
     assert not any(f.written for f in land_file(store, "ksc.nasa.gov", path))  # now intact
+
+
+@pytest.mark.emulator
+def test_relanding_on_gcs_checks_landed_objects_without_downloading_them(
+    gcs_emulator: GCSEmulator, gcs_bucket: str, tmp_path
+):
+    """Each land of a growing source checks what its earlier deliveries landed; on GCS from
+    each object's metadata (size, CRC32C), not a download of it (issue 9)."""
+    session = RecordingSession()
+    gcs = GCSObjectStore(gcs_bucket, gcs_emulator.client(session), prefix="reland/lake")
+    path = tmp_path / "growing.log"
+    line = '10.0.0.{h} - - [01/Aug/1995:0{h}:00:0{i} +0000] "GET /p{i}.html HTTP/1.0" 200 9\n'
+    path.write_text("".join(line.format(h=h, i=i) for h in range(3) for i in range(4)))
+    first = land_file(gcs, "epa.gov", path)
+    with path.open("a") as log:  # the source grows by an hour
+        log.write("".join(line.format(h=3, i=i) for i in range(4)))
+    session.calls.clear()
+    (grown,) = land_file(gcs, "epa.gov", path)
+    assert grown.written and grown.manifest.hour.hour == 3
+    data_keys = {f.manifest.data_key for f in first}
+    downloaded = {unquote(c.path) for c in session.calls if c.query.get("alt") == "media"}
+    assert not {k for k in data_keys if any(d.endswith(k) for d in downloaded)}, downloaded
+    metadata = [c for c in session.calls if c.method == "GET" and "alt" not in c.query]
+    assert sum(any(unquote(c.path).endswith(k) for k in data_keys) for c in metadata) == 3
+
+    victim = first[1].manifest  # a byte changed on the server, same size: repaired
+    data = bytearray(gcs.read_bytes(victim.data_key))
+    data[-6] ^= 0xFF
+    gcs.write_bytes(victim.data_key, bytes(data))
+    (repaired,) = land_file(gcs, "epa.gov", path)
+    assert repaired.repaired and repaired.manifest == victim
+    assert gcs.read_bytes(victim.data_key) != bytes(data)
 
 
 # --- issue 9: the fast split is the per-line reference ---------------------------------------

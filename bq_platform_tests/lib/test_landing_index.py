@@ -1,14 +1,20 @@
-"""The landing index reports data files that no manifest names (issue 7)."""
+"""The landing index: data files that no manifest names (issue 7), and a lookback window
+whose cost follows the window, not the landing zone's history (issue 9)."""
 
 import datetime as dt
 import gzip
 import json
+
+import pytest
 
 from bq_platform.lib import layout
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.landing_index import find_orphans, scan_landing
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.planning import lookback_start
+from bq_platform_tests.lib.counting_store import CountingStore
+from bq_platform_tests.lib.test_build import land
 
 UTC = dt.UTC
 H4 = dt.datetime(1995, 8, 1, 4, tzinfo=UTC)
@@ -64,3 +70,43 @@ def test_hour_manifest_without_orphan_field_still_loads():
     old = json.loads(manifest.to_json())
     del old["orphan_files"]  # written before issue 7
     assert HourManifest.from_json(json.dumps(old)).orphan_files == ()
+
+
+def test_a_lookback_window_reads_only_its_days(tmp_path):
+    """Two sites x five days; a window of the last two reads their manifests only, with one
+    listing per site from its first hour in the window (and the sites' folders)."""
+    store = CountingStore(tmp_path / "lake")
+    days = [dt.date(1995, 8, d) for d in range(1, 6)]
+    for site in ("epa.gov", "ksc.nasa.gov"):
+        for day in days:
+            for hour in (0, 23):
+                at = dt.datetime.combine(day, dt.time(hour), tzinfo=UTC)
+                land(store, site, at, [f"{site} {day} {hour}".encode()])
+    h7 = dt.datetime(1995, 8, 5, 7, tzinfo=UTC)
+    orphan = f"{layout.landing_hour_prefix('epa.gov', h7)}/x.log.gz"
+    store.write_bytes(orphan, gzip.compress(LINE))
+    whole = scan_landing(store)
+    store.calls.clear()
+
+    window = scan_landing(store, since=days[3])
+
+    assert window.days() == days[3:] and window.since == days[3]
+    assert store.counted() == {"list_folders": 1, "list": 2, "read_bytes": 2 * 2 * 2}
+    assert window.by_hour == {h: v for h, v in whole.by_hour.items() if h.date() >= days[3]}
+    assert window.get(h7).orphans == (orphan,)
+    later = scan_landing(store, since=dt.date(1995, 9, 1))
+    assert later.days() == [] and "nothing landed from 1995-09-01 on" in later.empty_reason()
+    assert whole.since is None and "land files first" in whole.empty_reason()
+
+
+def test_lookback_start_is_a_whole_utc_day():
+    now = dt.datetime(2026, 11, 24, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=2)))  # 22:30 UTC
+    assert lookback_start(now, 0) is None  # the default: every landed day
+    assert lookback_start(now, 1) == dt.date(2026, 11, 22)
+    assert lookback_start(now, 7) == dt.date(2026, 11, 16)
+    for bad, message in ((-1, "lookback_days"), (None, "timezone-aware")):
+        with pytest.raises(ValueError, match=message):
+            if bad is None:
+                lookback_start(now.replace(tzinfo=None), 3)
+            else:
+                lookback_start(now, bad)

@@ -1,10 +1,13 @@
 """The landing zone as an observable source: landed logs per UTC hour, with source counts."""
 
+import datetime as dt
+
 import dagster as dg
 
 from bq_platform.defs.partitions import hourly_partitions
-from bq_platform.defs.resources import ObjectStoreResource
+from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings
 from bq_platform.lib.landing_index import scan_landing
+from bq_platform.lib.planning import lookback_start
 
 
 @dg.observable_source_asset(
@@ -18,13 +21,17 @@ from bq_platform.lib.landing_index import scan_landing
         " one manifest per file (line count, bytes, SHA-256, CRC32C) written last. The manifests' "
         "line counts are the source counts the pipeline's accounting is checked against. "
         "The data version of an hour is the fingerprint of its files' checksums, so an hour "
-        "changes version exactly when new content lands."
+        "changes version exactly when new content lands. An observation covers the days "
+        "of BQ_PLATFORM_LOOKBACK_DAYS when it is set."
     ),
 )
 def pageview_logs(
-    context: dg.AssetExecutionContext, object_store: ObjectStoreResource
+    context: dg.AssetExecutionContext,
+    object_store: ObjectStoreResource,
+    settings: PipelineSettings,
 ) -> dg.DataVersionsByPartition:
-    index = scan_landing(object_store.get_store())
+    since = lookback_start(dt.datetime.now(dt.UTC), settings.lookback_days)
+    index = scan_landing(object_store.get_store(), since=since)
     for hour in index.hours():
         context.log.debug(
             "%s: %d files, %d source lines", hour.partition_key, hour.files, hour.source_lines

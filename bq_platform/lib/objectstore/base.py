@@ -64,12 +64,21 @@ class ObjectStore(abc.ABC):
         """True if an object with exactly this key exists."""
 
     @abc.abstractmethod
-    def size(self, key: str) -> int:
-        """Size of the object in bytes.
+    def stat(self, key: str) -> ListedObject:
+        """The object's size and, where the store keeps one, its CRC32C: on GCS one metadata
+        request (objects.get), no download.
 
         Raises:
             ObjectNotFoundError: if ``key`` does not exist.
         """
+
+    def size(self, key: str) -> int:
+        """Size of the object in bytes (:meth:`stat`).
+
+        Raises:
+            ObjectNotFoundError: if ``key`` does not exist.
+        """
+        return self.stat(key).size
 
     @abc.abstractmethod
     def list_objects(

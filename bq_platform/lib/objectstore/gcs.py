@@ -132,11 +132,11 @@ class GCSObjectStore(ObjectStore):
     def exists(self, key: str) -> bool:
         return self._bucket.blob(self._name(key)).exists(retry=GCS_RETRY, timeout=self._timeout)
 
-    def size(self, key: str) -> int:
+    def stat(self, key: str) -> ListedObject:
         blob = self._bucket.get_blob(self._name(key), retry=GCS_RETRY, timeout=self._timeout)
         if blob is None or blob.size is None:
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}")
-        return int(blob.size)
+        return ListedObject(int(blob.size), blob.crc32c or None)
 
     def list_objects(
         self, prefix: str, *, start: str | None = None, end: str | None = None

@@ -54,9 +54,9 @@ class LocalObjectStore(ObjectStore):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def size(self, key: str) -> int:
+    def stat(self, key: str) -> ListedObject:
         try:
-            return self._path(key).stat().st_size
+            return ListedObject(self._path(key).stat().st_size)
         except FileNotFoundError as exc:
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}") from exc
 
