@@ -2,9 +2,10 @@
 
 Reads the production settings from the environment (``BQ_PLATFORM_GCP_PROJECT``,
 ``BQ_PLATFORM_BQ_DATASET``, ``BQ_PLATFORM_BUCKET``, optional ``BQ_PLATFORM_BQ_LOCATION``,
-``BQ_PLATFORM_BQ_JOB_PREFIX``, ``BQ_PLATFORM_JOB_BUDGET``), builds the production adapter
-with a recording transport (:mod:`bq_platform.lib.warehouse.recording`) and runs the publish
-protocol in plan mode (:mod:`bq_platform.lib.publish_plan`).
+``BQ_PLATFORM_BQ_JOB_PREFIX``, ``BQ_PLATFORM_JOB_BUDGET``, ``BQ_PLATFORM_LOOKBACK_DAYS``),
+builds the production adapter with a recording transport
+(:mod:`bq_platform.lib.warehouse.recording`) and runs the publish protocol in plan mode
+(:mod:`bq_platform.lib.publish_plan`).
 
 - Online (default, ``BQ_PLATFORM_ENV=prod``): lists the bucket and reads BigQuery's tables and
   jobs with Application Default Credentials; submits nothing, runs no query.
@@ -43,22 +44,27 @@ def _settings() -> dict[str, str]:
 def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> None:
     """Print every table and job request a production run of these hours would send.
 
-    Default hours: every landed hour. Exit status 1 if a table would pass its daily budget.
+    Default hours: every landed hour (of the days from ``BQ_PLATFORM_LOOKBACK_DAYS`` days ago
+    on, when it is set). Exit status 1 if a table would pass its daily budget.
     """
     import google.auth
     import google.auth.transport.requests
 
-    from bq_platform.defs.resources import local_home
+    from bq_platform.defs.resources import build_resources, local_home
     from bq_platform.lib.landing_index import scan_landing
     from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
     from bq_platform.lib.objectstore.local import LocalObjectStore
+    from bq_platform.lib.planning import lookback_start
     from bq_platform.lib.publish_plan import build_plan, describe
-    from bq_platform.lib.quota import JobBudget
     from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
     from bq_platform.lib.warehouse.bigquery_client import bigquery_client
     from bq_platform.lib.warehouse.recording import RecordingSession
 
     settings = _settings()
+    try:  # the deployment's own settings: job budget, lookback window (validated there)
+        pipeline = build_resources("prod")["settings"]
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     project, dataset = settings["BQ_PLATFORM_GCP_PROJECT"], settings["BQ_PLATFORM_BQ_DATASET"]
     bucket = settings["BQ_PLATFORM_BUCKET"]
     location = os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US")
@@ -87,15 +93,15 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
         hours = hours_between(
             parse_hour_label(start), parse_hour_label(end) + dt.timedelta(hours=1)
         )
-    else:
-        hours = [h for d in scan_landing(store).days() for h in day_hours(d)]
-    budget = int(os.environ.get("BQ_PLATFORM_JOB_BUDGET") or JobBudget().per_table_per_day)
+    else:  # the days the automation would plan (BQ_PLATFORM_LOOKBACK_DAYS)
+        since = lookback_start(dt.datetime.now(dt.UTC), pipeline.lookback_days)
+        hours = [h for d in scan_landing(store, since=since).days() for h in day_hours(d)]
     result = build_plan(
         warehouse,
         store,
         hours,
         require_partition_filter=True,
-        budget=JobBudget(per_table_per_day=budget),
+        budget=pipeline.budget(),
     )
     if as_json:
         for request in session.requests:

@@ -15,6 +15,7 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.warehouse import rules
 from bq_platform.lib.warehouse.recording import PlanRefusedError, RecordingSession
+from bq_platform_tests.lib.test_build import land
 
 HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in (4, 5)]
 
@@ -136,6 +137,32 @@ def test_offline_plan_requests_follow_bigquerys_rules(planned: list[dict]) -> No
             assert stage["timePartitioning"] == destination["timePartitioning"]
             assert stage["clustering"] == destination["clustering"]
             assert stage["schema"]["fields"] == destination["schema"]["fields"]
+
+
+def test_the_default_hours_follow_the_lookback_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --start/--end: the landed days the automation would plan."""
+    _write_lake(tmp_path)
+    land(LocalObjectStore(tmp_path / "lake"), "epa.gov", HOURS[0], [b"x"])
+    for name, value in {
+        "BQ_PLATFORM_HOME": str(tmp_path),
+        "BQ_PLATFORM_ENV": "prod",
+        "BQ_PLATFORM_GCP_PROJECT": "p",
+        "BQ_PLATFORM_BQ_DATASET": "d",
+        "BQ_PLATFORM_BUCKET": "b",
+    }.items():
+        monkeypatch.setenv(name, value)
+    every = CliRunner().invoke(main, ["plan", "--offline", "--json"])
+    assert every.exit_code == 0, every.output
+    assert "pageviews_stage_1995080104" in every.output
+    monkeypatch.setenv("BQ_PLATFORM_LOOKBACK_DAYS", "7")  # 1995 is long before the window
+    recent = CliRunner().invoke(main, ["plan", "--offline", "--json"])
+    assert recent.exit_code == 0, recent.output
+    assert "pageviews_stage_" not in recent.output
+    monkeypatch.setenv("BQ_PLATFORM_LOOKBACK_DAYS", "seven")
+    bad = CliRunner().invoke(main, ["plan", "--offline"])
+    assert bad.exit_code == 2 and "BQ_PLATFORM_LOOKBACK_DAYS must be a positive whole" in bad.output
 
 
 def test_plan_needs_production_settings(monkeypatch: pytest.MonkeyPatch) -> None:
