@@ -17,7 +17,9 @@ attempts' files behind: they cost storage and a glob of the dead letters counts 
   e.g. Spark's ``_temporary``) is deleted whole, with the same retention.
 
 Deleting is idempotent; two cleaners at once at worst forget a sighting (a unit is then kept
-one retention longer), never delete a named file: the manifest is read before each deletion.
+one retention longer), never delete a named file: a pass reads the hours' manifests (once each,
+side by side) before it deletes, and a unit once superseded is never named again (a new build
+is a new attempt).
 """
 
 import dataclasses
@@ -27,7 +29,8 @@ import logging
 
 from bq_platform.lib import layout
 from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.objectstore.base import ObjectStore
+from bq_platform.lib.manifest_reads import read_hour_manifests
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
 
 #: How long a superseded attempt is kept after cleanup first sees it (issue 7: "a short
 #: retention"). Longer than any build or load: a local day takes minutes, a cluster hour less.
@@ -109,28 +112,20 @@ def clean_attempts(
     seen = _read_registry(store)
     still_seen: dict[str, str] = {}
     report = CleanupReport()
-    manifests: dict[dt.datetime, HourManifest | None] = {}
-
-    def manifest(hour: dt.datetime) -> HourManifest | None:
-        if hour not in manifests:
-            key = layout.hour_manifest_key(hour)
-            manifests[hour] = (
-                HourManifest.from_json(store.read_bytes(key), where=store.uri(key))
-                if store.exists(key)
-                else None
-            )
-        return manifests[hour]
+    hours_of = {attempt_id: attempt_hours(store, attempt_id) for attempt_id in list_attempts(store)}
+    # Every hour's manifest once, side by side (on GCS an existence check and a read per hour,
+    # one after the other, were two requests in a row per hour any attempt holds).
+    manifests = read_hour_manifests(store, sorted({h for hs in hours_of.values() for h in hs}))
 
     def due(unit: str) -> bool:
         first = dt.datetime.fromisoformat(seen.get(unit, now.isoformat()))
         still_seen[unit] = first.isoformat()
         return now - first >= retention
 
-    for attempt_id in list_attempts(store):
-        hours = attempt_hours(store, attempt_id)
+    for attempt_id, hours in hours_of.items():
         deleted = 0
         for hour in hours:
-            current = manifest(hour)
+            current = manifests[hour]
             if current is None or names_attempt(current, attempt_id):
                 report.kept += 1
                 continue
@@ -163,10 +158,10 @@ def _delete(store: ObjectStore, prefixes: tuple[str, ...]) -> int:
 
 
 def _read_registry(store: ObjectStore) -> dict[str, str]:
-    if not store.exists(layout.ATTEMPT_REGISTRY_KEY):
-        return {}
-    try:
+    try:  # one request: no existence check first
         data = json.loads(store.read_bytes(layout.ATTEMPT_REGISTRY_KEY))
+    except ObjectNotFoundError:
+        return {}
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}  # a lost registry only delays deletions by one retention
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}

@@ -11,6 +11,7 @@ from bq_platform.lib.deadletters import built_hours, cut, read_dead_letters, sum
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.retention import RETENTION, attempt_hours, clean_attempts, list_attempts
+from bq_platform_tests.lib.counting_store import CountingStore
 
 H5 = dt.datetime(1995, 8, 1, 5, tzinfo=dt.UTC)
 H6 = dt.datetime(1995, 8, 1, 6, tzinfo=dt.UTC)
@@ -102,6 +103,22 @@ def test_superseded_attempts_are_deleted_after_the_retention_only(tmp_path):
         manifest = HourManifest.from_json(store.read_bytes(layout.hour_manifest_key(hour)))
         for key in manifest.full_files + manifest.sample_files + manifest.deadletter_files:
             assert store.exists(key)
+
+
+def test_each_hour_manifest_is_read_once_whatever_the_attempts(tmp_path):
+    """Four attempts hold hours 5 and 6: one read per hour, no existence check (on GCS two
+    requests in a row per hour and attempt were the cost, issue 9)."""
+    store = CountingStore(tmp_path / "lake")
+    for attempt in ("a", "b", "c"):
+        for hour in (H5, H6):
+            keys = write_attempt(store, attempt, hour, [dead_row(1)])
+    publish(store, "c", H6, keys)
+    store.calls.clear()
+    report = clean_attempts(store, now=T0)
+    # hours 5 and 6, and the registry; 2 listings of attempts, 3 of each attempt's hours
+    assert store.counted() == {"read_bytes": 2 + 1, "list_folders": 2 + 3 * 3}
+    assert report.waiting == 2  # a/H6 and b/H6
+    assert report.kept == 3 + 1  # hour 5 has no manifest: kept for a, b, c; c/H6 is named
 
 
 def test_an_attempt_named_again_is_forgotten_and_kept(tmp_path):
