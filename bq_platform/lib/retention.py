@@ -18,8 +18,8 @@ attempts' files behind: they cost storage and a glob of the dead letters counts 
 
 Deleting is idempotent; two cleaners at once at worst forget a sighting (a unit is then kept
 one retention longer), never delete a named file: a pass reads the hours' manifests (once each,
-side by side) before it deletes, and a unit once superseded is never named again (a new build
-is a new attempt).
+side by side) before it deletes anything, and a unit must have been seen superseded for
+:data:`RETENTION`, far longer than a pass.
 """
 
 import dataclasses
