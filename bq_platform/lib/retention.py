@@ -22,6 +22,7 @@ side by side) before it deletes anything, and a unit must have been seen superse
 :data:`RETENTION`, far longer than a pass.
 """
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
@@ -112,7 +113,13 @@ def clean_attempts(
     seen = _read_registry(store)
     still_seen: dict[str, str] = {}
     report = CleanupReport()
-    hours_of = {attempt_id: attempt_hours(store, attempt_id) for attempt_id in list_attempts(store)}
+    attempts = list_attempts(store)
+    if store.read_threads > 1 and len(attempts) > 1:  # GCS: 3 listings per attempt, side by side
+        with concurrent.futures.ThreadPoolExecutor(max_workers=store.read_threads) as pool:
+            listed = pool.map(lambda a: attempt_hours(store, a), attempts)
+            hours_of = dict(zip(attempts, listed, strict=True))
+    else:
+        hours_of = {attempt_id: attempt_hours(store, attempt_id) for attempt_id in attempts}
     # Every hour's manifest once, side by side (on GCS an existence check and a read per hour,
     # one after the other, were two requests in a row per hour any attempt holds).
     manifests = read_hour_manifests(store, sorted({h for hs in hours_of.values() for h in hs}))

@@ -46,6 +46,9 @@ def test_local_definitions_load_with_every_asset_check_job_and_sensor(monkeypatc
     sensor = defs.resolve_sensor_def("pageviews_automation_sensor")
     assert sensor.default_status == dg.DefaultSensorStatus.STOPPED  # the operator turns it on
     assert sensor.minimum_interval_seconds == 60
+    schedule = defs.resolve_schedule_def("staging_cleanup_schedule")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    assert defs.resolve_job_def("staging_cleanup_job") is not None
     assert isinstance(defs.resources["warehouse"], DuckDBWarehouseResource)
     assert isinstance(defs.resources["object_store"], LocalObjectStoreResource)
 

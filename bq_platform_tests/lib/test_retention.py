@@ -5,12 +5,15 @@ import io
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from bq_platform.lib import layout
 from bq_platform.lib.deadletters import built_hours, cut, read_dead_letters, summarize
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.retention import RETENTION, attempt_hours, clean_attempts, list_attempts
+from bq_platform_tests.emulators import GCSEmulator
 from bq_platform_tests.lib.counting_store import CountingStore
 
 H5 = dt.datetime(1995, 8, 1, 5, tzinfo=dt.UTC)
@@ -119,6 +122,22 @@ def test_each_hour_manifest_is_read_once_whatever_the_attempts(tmp_path):
     assert store.counted() == {"read_bytes": 2 + 1, "list_folders": 2 + 3 * 3}
     assert report.waiting == 2  # a/H6 and b/H6
     assert report.kept == 3 + 1  # hour 5 has no manifest: kept for a, b, c; c/H6 is named
+
+
+@pytest.mark.emulator
+def test_on_gcs_the_same_units_go(gcs_emulator: GCSEmulator, gcs_bucket: str, tmp_path):
+    """On GCS the attempts' hour folders are listed side by side (8 threads): same result."""
+    local = lake(tmp_path)
+    gcs = GCSObjectStore(gcs_bucket, gcs_emulator.client(), prefix="retention/lake")
+    for key in local.list_keys(""):
+        gcs.write_bytes(key, local.read_bytes(key))
+    assert gcs.read_threads > 1
+    for store in (local, gcs):
+        clean_attempts(store, now=T0)
+    due = [clean_attempts(s, now=T0 + RETENTION) for s in (local, gcs)]
+    assert sorted(due[1].deleted_units) == sorted(due[0].deleted_units)
+    assert len(due[1].deleted_units) == 4 and due[1].deleted_objects == due[0].deleted_objects
+    assert list_attempts(gcs) == list_attempts(local) == ["new", "old"]
 
 
 def test_an_attempt_named_again_is_forgotten_and_kept(tmp_path):

@@ -1,0 +1,71 @@
+"""Cleanup of superseded build attempts in a Dagster deployment: a job and its daily schedule.
+
+``bq-platform run`` cleans after each run (``runner.PipelineRunner.clean_attempts``). Runs that
+the automation sensor, a backfill or the UI launch do not, so without this job the staging
+Parquet and dead letters of superseded attempts (a late file's rebuild, a retried build, a
+crashed attempt) would stay in the bucket for good. The rule is
+:func:`bq_platform.lib.retention.clean_attempts`: a unit is deleted once it has been seen
+superseded for :data:`~bq_platform.lib.retention.RETENTION`, so a daily pass deletes what the
+pass a day before found. Stopped by default, like the sensor: the operator turns it on in
+Automation.
+"""
+
+import dagster as dg
+
+from bq_platform.defs.resources import ObjectStoreResource
+from bq_platform.lib.retention import RETENTION, clean_attempts
+
+#: When the schedule runs (UTC): after the night's publishes, once a day (the retention is a day).
+CLEANUP_CRON = "30 3 * * *"
+
+
+@dg.op(
+    name="clean_superseded_attempts",
+    description="Delete the staging Parquet and dead letters of build attempts that no hour "
+    f"manifest names any more, once seen superseded for {RETENTION} (the files a manifest "
+    "names are never touched). Metadata: what was deleted and what waits.",
+)
+def clean_superseded_attempts(
+    context: dg.OpExecutionContext, object_store: ObjectStoreResource
+) -> dg.Output[None]:
+    report = clean_attempts(object_store.get_store(), log=context.log)
+    attempts = sorted({attempt for attempt, _ in report.deleted_units})
+    context.log.info(
+        "deleted %d files of %d superseded attempt-hours (%d attempts); %d wait for the "
+        "retention, %d are named or not yet superseded",
+        report.deleted_objects,
+        len(report.deleted_units),
+        len(attempts),
+        report.waiting,
+        report.kept,
+    )
+    return dg.Output(
+        None,
+        metadata={
+            "deleted_objects": dg.MetadataValue.int(report.deleted_objects),
+            "deleted_units": dg.MetadataValue.int(len(report.deleted_units)),
+            "deleted_attempts": dg.MetadataValue.json(attempts[:100]),
+            "waiting_units": dg.MetadataValue.int(report.waiting),
+            "kept_units": dg.MetadataValue.int(report.kept),
+        },
+    )
+
+
+@dg.job(
+    name="staging_cleanup_job",
+    description="Delete superseded build attempts from the staging and dead-letter areas "
+    "(lib/retention.py); what bq-platform run does after each run.",
+)
+def staging_cleanup_job() -> None:
+    clean_superseded_attempts()
+
+
+staging_cleanup_schedule = dg.ScheduleDefinition(
+    name="staging_cleanup_schedule",
+    job=staging_cleanup_job,
+    cron_schedule=CLEANUP_CRON,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Runs staging_cleanup_job once a day. Stopped by default: turn it on in "
+    "Automation (production deployments, where the sensor launches the runs).",
+)

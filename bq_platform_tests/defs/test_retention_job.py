@@ -1,0 +1,37 @@
+"""The cleanup job and its schedule: what ``bq-platform run`` does after each run, for a
+deployment whose runs the sensor, backfills or the UI launch."""
+
+import dagster as dg
+
+from bq_platform.defs.resources import LocalObjectStoreResource
+from bq_platform.defs.retention import CLEANUP_CRON, staging_cleanup_job, staging_cleanup_schedule
+from bq_platform.lib.retention import clean_attempts, list_attempts
+from bq_platform_tests.lib.test_retention import T0, lake
+
+
+def test_the_schedule_runs_the_job_daily_and_is_stopped_by_default():
+    assert staging_cleanup_schedule.job_name == staging_cleanup_job.name
+    assert staging_cleanup_schedule.cron_schedule == CLEANUP_CRON == "30 3 * * *"
+    assert staging_cleanup_schedule.execution_timezone == "UTC"
+    assert staging_cleanup_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def test_the_job_deletes_what_was_seen_superseded_a_day_ago(tmp_path):
+    store = lake(tmp_path)
+    clean_attempts(store, now=T0)  # a pass long ago saw old/05, running/06 and crashed
+
+    def run() -> dict:
+        result = staging_cleanup_job.execute_in_process(
+            resources={"object_store": LocalObjectStoreResource(root=str(store.root))},
+            instance=dg.DagsterInstance.ephemeral(),
+        )
+        assert result.success
+        (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        return {k: v.value for k, v in output.event_specific_data.metadata.items()}
+
+    first = run()
+    assert first["deleted_units"] == 4 and first["deleted_objects"] == 1 + 3 + 3
+    assert first["deleted_attempts"] == ["crashed", "old", "running"]
+    assert list_attempts(store) == ["new", "old"]  # old's hour 6 is still named
+    again = run()
+    assert again["deleted_units"] == 0 and again["waiting_units"] == 0
