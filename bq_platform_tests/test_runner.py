@@ -84,7 +84,7 @@ def test_no_spark_session_nor_definitions_when_nothing_is_due(tmp_path):
 def test_a_lookback_window_plans_only_its_days(tmp_path):
     """``bq-platform run`` with BQ_PLATFORM_LOOKBACK_DAYS: older landed days are not planned,
     and it says which days it plans."""
-    from bq_platform_tests.lib.test_build import land
+    from bq_platform_tests.lib.build_inputs import land
 
     lines: list[str] = []
     runner = _runner(tmp_path, [])

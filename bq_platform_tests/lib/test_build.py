@@ -13,7 +13,6 @@ import gzip
 import hashlib
 import json
 import logging
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,104 +23,31 @@ from bq_platform.lib import jobids, layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.build_frames import DEADLETTER_COLUMNS, write_hour_files
-from bq_platform.lib.build_read import passes, read_groups
 from bq_platform.lib.deliveries import landed_hour
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
-from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest, LandedManifest
 from bq_platform.lib.manifest_reads import read_hour_manifest, read_hour_manifests, stage_bytes
-from bq_platform.lib.objectstore.base import crc32c
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
 from bq_platform.lib.transform import TRANSFORM_VERSION
+from bq_platform_tests.lib.build_inputs import (
+    EPA,
+    H_EMPTY,
+    H_EPA_1,
+    H_EPA_2,
+    H_NASA_1,
+    H_NASA_2,
+    KEY,
+    NASA,
+    ODD,
+    land,
+    real_lines,
+)
 from bq_platform_tests.lib.counting_store import CountingStore
 
-# The slice has ~200 page visitors, so about one is sampled on average; this key's sample
-# holds 4 of them (the full-log test below checks the rate on all visitors).
-KEY = "build-test-key-5"
-NASA, EPA = "ksc.nasa.gov", "epa.gov"
-
-
-def utc(*args: int) -> dt.datetime:
-    return dt.datetime(*args, tzinfo=dt.UTC)
-
-
-H_NASA_1, H_NASA_2, H_EMPTY = utc(1995, 8, 1, 4), utc(1995, 8, 1, 5), utc(1995, 8, 1, 6)
-H_EPA_1, H_EPA_2 = utc(1995, 8, 30, 3), utc(1995, 8, 30, 4)
 HOURS = [H_NASA_1, H_NASA_2, H_EMPTY, H_EPA_1, H_EPA_2]
 PER_HOUR = 700  # real lines per landed file (a slice keeps the test fast)
-
-ODD = [
-    b"",
-    b"garbage \xff\xfe",
-    b'h - - [01/Aug/1995:01:30:00 -0400] "GET /next-hour.html HTTP/1.0" 200 1',  # 05 UTC
-    b'h - - [01/Aug/1995:00:30:00 -0400] "GET / HTTP/1.0" 2000 1',
-    b'h - - [31/Jul/1995:24:30:00 -0400] "GET / HTTP/1.0" 200 1',
-    b'2001:db8::1 - - [01/Aug/1995:00:59:59 -0400] "GET /v6.html HTTP/1.0" 200 -\r',
-    b'h - - [01/Aug/1995:00:31:00 -0400] "GET /trunc',  # last line, no newline
-]
-
-
-def land(
-    store: LocalObjectStore,
-    site: str,
-    hour: dt.datetime,
-    lines: list[bytes],
-    *,
-    name: str | None = None,
-    final_newline: bool = True,
-    manifest_lines: int | None = None,
-) -> LandedManifest:
-    """Write a landed gzip file and (last) its manifest, as a producer would."""
-    body = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
-    lines_n = len(lines) if manifest_lines is None else manifest_lines
-    return deliver(store, site, hour, gzip.compress(body, mtime=0), lines_n, name=name)
-
-
-def deliver(
-    store: LocalObjectStore,
-    site: str,
-    hour: dt.datetime,
-    data: bytes,
-    lines: int,
-    *,
-    name: str | None = None,
-    source: str = "test",
-    with_crc32c: bool = False,
-) -> LandedManifest:
-    """Write ``data`` as a landed file (named by its SHA-256, or ``name``) and, last, its
-    manifest saying ``lines``; ``with_crc32c``: the manifest has the CRC32C too, as
-    ``bq-platform land`` writes it (a producer's may not)."""
-    sha = hashlib.sha256(data).hexdigest()
-    key = layout.landed_data_key(site, hour, sha)
-    if name is not None:
-        key = f"{layout.landing_hour_prefix(site, hour)}/{name}"
-    manifest = LandedManifest(
-        site=site,
-        hour=hour,
-        data_key=key,
-        lines=lines,
-        bytes=len(data),
-        sha256=sha,
-        source=source,
-        crc32c=crc32c(data) if with_crc32c else "",
-    )
-    store.write_bytes(key, data)
-    store.write_text(layout.landed_manifest_key(key), manifest.to_json())
-    return manifest
-
-
-def real_lines(access_logs: Path) -> dict[tuple[str, dt.datetime], list[bytes]]:
-    """The bundled logs' lines by (site, UTC hour), in file order."""
-    out: dict[tuple[str, dt.datetime], list[bytes]] = collections.defaultdict(list)
-    for site in (NASA, EPA):
-        (path,) = (access_logs / site).glob("*.log.gz")
-        for raw in gzip.decompress(path.read_bytes()).split(b"\n")[:-1]:
-            ts = lf.parse_clf_timestamp(raw.decode("utf-8", errors="replace"))
-            assert ts is not None
-            out[(site, ts.replace(minute=0, second=0))].append(raw)
-    return out
 
 
 def reference_counts(lines: list[bytes], hour: dt.datetime) -> collections.Counter:
@@ -458,107 +384,6 @@ def test_progress_is_logged(spark, built, caplog) -> None:
     assert KEY not in text
 
 
-# --- landing problems: these fail before Spark reads anything -------------------------------
-
-
-@pytest.fixture
-def small_store(tmp_path) -> LocalObjectStore:
-    store = LocalObjectStore(tmp_path / "lake")
-    land(store, NASA, H_NASA_1, [ODD[2], ODD[5]])
-    return store
-
-
-def _only_manifest(store: LocalObjectStore) -> LandedManifest:
-    (key,) = [k for k in store.list_keys(layout.LANDING_PREFIX) if k.endswith(".manifest.json")]
-    return LandedManifest.from_json(store.read_text(key))
-
-
-def _assert_nothing_built(store: LocalObjectStore) -> None:
-    assert store.list_keys(layout.STAGING_PREFIX) == []
-    assert store.list_keys(layout.DEADLETTER_PREFIX) == []
-
-
-def test_corrupt_landed_file_raises_naming_it(spark, small_store) -> None:
-    manifest = _only_manifest(small_store)
-    data = bytearray(small_store.read_bytes(manifest.data_key))
-    data[-5] ^= 0xFF  # same size, other content
-    small_store.write_bytes(manifest.data_key, bytes(data))
-    with pytest.raises(LandingError) as err:
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
-    message = str(err.value)
-    assert small_store.uri(manifest.data_key) in message
-    assert "SHA-256" in message and manifest.sha256 in message
-    assert "bq-platform land" in message
-    _assert_nothing_built(small_store)
-
-
-def test_missing_and_truncated_landed_files_raise(spark, small_store) -> None:
-    manifest = _only_manifest(small_store)
-    small_store.write_bytes(manifest.data_key, small_store.read_bytes(manifest.data_key)[:-3])
-    with pytest.raises(LandingError, match=rf"size is {manifest.bytes - 3} bytes"):
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
-    Path(small_store.uri(manifest.data_key)).unlink()
-    with pytest.raises(LandingError, match="missing") as err:
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
-    assert small_store.uri(manifest.data_key) in str(err.value)
-    _assert_nothing_built(small_store)
-
-
-def test_a_landed_file_spark_cannot_read_is_a_landing_error(spark, tmp_path) -> None:
-    """Size and checksums agree with the manifest, but the bytes are no gzip stream (on GCS
-    the check is the listing's CRC32C, which cannot see that): Spark's read names the file."""
-    store = LocalObjectStore(tmp_path / "lake")
-    land(store, NASA, H_NASA_1, [ODD[0]])
-    broken = b"\x1f\x8b" + b"not deflate at all" * 10  # the magic bytes, then garbage
-    key = deliver(store, NASA, H_NASA_2, broken, 1, name="broken.log.gz", with_crc32c=True).data_key
-    with pytest.raises(LandingError, match="could not be read as gzip text") as err:
-        build_hours(spark, store, [H_NASA_1, H_NASA_2], attempt_id="x", visitor_key=KEY)
-    message = str(err.value)
-    assert message.startswith(f"landed file {store.uri(key)} (manifest ")
-    assert "Caused by" not in message and "bq-platform land" in message
-    _assert_nothing_built(store)
-
-
-def test_misplaced_or_unreadable_manifest_raises(spark, small_store) -> None:
-    manifest = _only_manifest(small_store)
-    wrong = dataclasses.replace(manifest, hour=H_NASA_2)
-    key = layout.landed_manifest_key(manifest.data_key)
-    small_store.write_text(key, wrong.to_json())
-    with pytest.raises(LandingError, match="1995-08-01T05") as err:
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
-    assert small_store.uri(key) in str(err.value)
-    small_store.write_text(key, "{not json")
-    with pytest.raises(LandingError, match="not valid JSON"):
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
-    _assert_nothing_built(small_store)
-
-
-def test_file_with_wrong_line_count_is_reported_not_raised(spark, tmp_path) -> None:
-    store = LocalObjectStore(tmp_path / "lake")
-    lines = [ODD[2], ODD[5], ODD[0]]
-    landed = land(store, NASA, H_NASA_1, lines, manifest_lines=5)
-    (manifest,) = build_hours(spark, store, [H_NASA_1], attempt_id="m", visitor_key=KEY)
-    assert manifest.file_mismatches == (
-        {"data_key": landed.data_key, "manifest_lines": 5, "lines_read": 3},
-    )
-    (counts,) = manifest.counts
-    assert (counts.source_lines, counts.lines_read, counts.accounted) == (5, 3, 3)
-    assert not counts.balanced
-
-
-def test_bad_arguments_are_refused(spark, small_store) -> None:
-    with pytest.raises(ValueError, match="timezone-aware UTC"):
-        build_hours(
-            spark, small_store, [dt.datetime(1995, 8, 1, 4)], attempt_id="x", visitor_key=KEY
-        )
-    with pytest.raises(ValueError, match="attempt id"):
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="a/b", visitor_key=KEY)
-    with pytest.raises(ValueError, match="key is empty"):
-        build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key="")
-    assert build_hours(spark, small_store, [], attempt_id="x", visitor_key=KEY) == []
-    _assert_nothing_built(small_store)
-
-
 def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> None:
     """All 81,744 real lines, landed by bq_platform.lib.landing, balance hour by hour."""
     from bq_platform.lib.landing import land_files
@@ -580,91 +405,6 @@ def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> N
     visitors = sum(c.visitors for c in counts)  # per site-hour, so a visitor counts per hour
     sampled = sum(c.sample_visitors for c in counts)
     assert 0.001 < sampled / visitors < 0.02, (sampled, visitors)  # 1 in 200 by design
-
-
-def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
-    """Issue 9: lines are numbered at the scan, without a shuffle, so each landed file must be
-    its own split: 30 tiny files (Spark would pack them all into one split) in 2 local cores'
-    worth of coalesced tasks still give every line its own file's 1-based number."""
-    store = LocalObjectStore(tmp_path / "lake")
-    sites = [f"s{i:02d}.example" for i in range(15)]
-    expected = {}
-    for i, site in enumerate(sites):
-        for hour in (H_NASA_1, H_NASA_2):
-            lines = [f"garbage {site} {hour:%H} {n}".encode() for n in range(1, 3 + i)]
-            expected[land(store, site, hour, lines).data_key] = lines
-    manifests = build_hours(spark, store, [H_NASA_1, H_NASA_2], attempt_id="n", visitor_key=KEY)
-    dead = pa.concat_tables(
-        pq.read_table(store.uri(k)) for m in manifests for k in m.deadletter_files
-    ).to_pylist()
-    assert len(dead) == sum(len(v) for v in expected.values())
-    for row in dead:
-        assert row["raw"] == expected[row["data_key"]][row["line_no"] - 1].decode()
-    assert all(c.balanced and c.rejected == c.source_lines for m in manifests for c in m.counts)
-
-
-def test_passes_cut_whole_hours_in_hour_order() -> None:
-    def landed(hour: dt.datetime, lines: int, name: str) -> LandedManifest:
-        return LandedManifest(NASA, hour, f"k/{name}", lines, 1, name * 64)
-
-    a1, a2 = landed(H_NASA_2, 3, "a"), landed(H_NASA_2, 4, "b")
-    b1, c1 = landed(H_NASA_1, 2, "c"), landed(H_EPA_1, 20, "d")
-    files = [a1, c1, b1, a2]
-    assert passes(files, 100) == [[b1, a1, a2, c1]]
-    # the next hour joins while the pass stays within the limit; an hour is never split
-    assert passes(files, 9) == [[b1, a1, a2], [c1]]
-    assert passes(files, 8) == [[b1], [a1, a2], [c1]]
-    assert passes(files, 1) == [[b1], [a1, a2], [c1]]  # an hour above the limit: its own pass
-    assert passes([], 5) == []
-    with pytest.raises(ValueError, match="positive"):
-        passes(files, 0)
-
-
-def test_read_groups_keep_file_order_and_balance_lines() -> None:
-    """A pass's files (in hour order) are cut into at most one run per read task, in order,
-    none empty, each holding about an equal share of the lines."""
-
-    def landed(n: int, lines: int) -> LandedManifest:
-        return LandedManifest(NASA, H_NASA_1, f"k/{n}", lines, 1, f"{n:064d}")
-
-    files = [landed(i, lines) for i, lines in enumerate([5, 1, 9, 3, 3, 7, 2, 8, 4, 6, 1, 1])]
-    for tasks in (1, 2, 3, 4, 5, 12, 40):
-        groups = read_groups(files, tasks)
-        assert [f for g in groups for f in g] == files
-        assert len(groups) == min(tasks, len(files))
-        assert all(groups)
-        share = sum(f.lines for f in files) / len(groups)
-        assert max(sum(f.lines for f in g) for g in groups) <= share + max(f.lines for f in files)
-    assert read_groups([], 4) == []
-    with pytest.raises(ValueError, match="positive"):
-        read_groups(files, 0)
-
-
-def test_each_hour_is_written_by_one_read_task(spark, access_logs, tmp_path) -> None:
-    """Issue 9: a Spark writer opens one Parquet file per hour folder a task holds (~12 ms
-    each, docs/PERFORMANCE.md), so read tasks take runs of whole hours: a pass of 8 hours of
-    3 sites each, read by local[2]'s 4 tasks, writes one ``full`` file per hour except where
-    a task boundary falls inside an hour (at most 3 such hours)."""
-    store = LocalObjectStore(tmp_path / "lake")
-    with gzip.open(access_logs / NASA / "nasa-http-19950801.log.gz") as logs:
-        pages = [line.rstrip(b"\n") for line in logs if b"01/Aug/1995:00:" in line][:240]
-    hours = [H_NASA_1 + dt.timedelta(hours=h) for h in range(8)]
-    for h, hour in enumerate(hours):
-        for i, site in enumerate(("a.example", "b.example", "c.example")):
-            text = [
-                line.replace(b"01/Aug/1995:00:", f"01/Aug/1995:{hour:%H}:".encode()).replace(
-                    b"-0400]", b"+0000]"
-                )
-                for line in pages[i * 10 + h : 120 + h : 3]
-            ]
-            land(store, site, hour, text)
-    manifests = build_hours(spark, store, hours, attempt_id="grouped", visitor_key=KEY)
-    assert all(m.rows > 0 for m in manifests)
-    files = [len(m.full_files) for m in manifests]
-    assert max(files) <= 2 and sum(files) <= len(hours) + 3, files
-    assert sum(read_parquet(store, m.full_files).num_rows for m in manifests) == sum(
-        m.rows for m in manifests
-    )
 
 
 def test_several_passes_build_what_one_pass_builds(spark, built, caplog) -> None:

@@ -26,8 +26,8 @@ from bq_platform.lib.objectstore.base import ListedObject, crc32c
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform_tests.emulators import GCSEmulator, RecordingSession
+from bq_platform_tests.lib.build_inputs import land, utc
 from bq_platform_tests.lib.counting_store import CountingStore
-from bq_platform_tests.lib.test_build import land, utc
 
 EPA, NASA = "epa.gov", "ksc.nasa.gov"
 HOURS = [utc(1995, 8, 1, h) for h in range(4)]

@@ -25,7 +25,7 @@ from bq_platform.lib.partition_window import (
     out_of_window_reason,
 )
 from bq_platform.lib.publish import day_completeness
-from bq_platform_tests.lib.test_build import deliver
+from bq_platform_tests.lib.build_inputs import deliver
 from bq_platform_tests.lib.test_landing_registry import growth_points
 
 KEY = "landing-build-key"

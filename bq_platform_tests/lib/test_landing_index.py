@@ -13,8 +13,8 @@ from bq_platform.lib.landing_index import find_orphans, scan_landing
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.planning import lookback_start
+from bq_platform_tests.lib.build_inputs import land
 from bq_platform_tests.lib.counting_store import CountingStore
-from bq_platform_tests.lib.test_build import land
 
 UTC = dt.UTC
 H4 = dt.datetime(1995, 8, 1, 4, tzinfo=UTC)

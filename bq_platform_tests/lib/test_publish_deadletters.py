@@ -21,7 +21,7 @@ from bq_platform.lib.publish_deadletters import (
 )
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE
-from bq_platform_tests.lib.test_build import EPA, KEY, NASA, ODD, land, real_lines, utc
+from bq_platform_tests.lib.build_inputs import EPA, KEY, NASA, ODD, land, real_lines, utc
 
 H1, H2, H_EPA = utc(1995, 8, 1, 4), utc(1995, 8, 1, 5), utc(1995, 8, 30, 3)
 DAY, DAY_EPA = H1.date(), H_EPA.date()

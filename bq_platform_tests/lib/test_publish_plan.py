@@ -15,7 +15,7 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.warehouse import rules
 from bq_platform.lib.warehouse.recording import PlanRefusedError, RecordingSession
-from bq_platform_tests.lib.test_build import land
+from bq_platform_tests.lib.build_inputs import land
 
 HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in (4, 5)]
 

@@ -1,0 +1,106 @@
+"""How the build reads the landed files (``lib/build_read.py``): passes of whole hours, read
+tasks of whole hours, and exact line numbers without a shuffle."""
+
+import datetime as dt
+import gzip
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bq_platform.lib.build import build_hours
+from bq_platform.lib.build_read import passes, read_groups
+from bq_platform.lib.manifest import LandedManifest
+from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform_tests.lib.build_inputs import (
+    H_EPA_1,
+    H_NASA_1,
+    H_NASA_2,
+    KEY,
+    NASA,
+    land,
+)
+
+
+def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
+    """Issue 9: lines are numbered at the scan, without a shuffle, so each landed file must be
+    its own split: 30 tiny files (Spark would pack them all into one split) in 2 local cores'
+    worth of coalesced tasks still give every line its own file's 1-based number."""
+    store = LocalObjectStore(tmp_path / "lake")
+    sites = [f"s{i:02d}.example" for i in range(15)]
+    expected = {}
+    for i, site in enumerate(sites):
+        for hour in (H_NASA_1, H_NASA_2):
+            lines = [f"garbage {site} {hour:%H} {n}".encode() for n in range(1, 3 + i)]
+            expected[land(store, site, hour, lines).data_key] = lines
+    manifests = build_hours(spark, store, [H_NASA_1, H_NASA_2], attempt_id="n", visitor_key=KEY)
+    dead = pa.concat_tables(
+        pq.read_table(store.uri(k)) for m in manifests for k in m.deadletter_files
+    ).to_pylist()
+    assert len(dead) == sum(len(v) for v in expected.values())
+    for row in dead:
+        assert row["raw"] == expected[row["data_key"]][row["line_no"] - 1].decode()
+    assert all(c.balanced and c.rejected == c.source_lines for m in manifests for c in m.counts)
+
+
+def test_passes_cut_whole_hours_in_hour_order() -> None:
+    def landed(hour: dt.datetime, lines: int, name: str) -> LandedManifest:
+        return LandedManifest(NASA, hour, f"k/{name}", lines, 1, name * 64)
+
+    a1, a2 = landed(H_NASA_2, 3, "a"), landed(H_NASA_2, 4, "b")
+    b1, c1 = landed(H_NASA_1, 2, "c"), landed(H_EPA_1, 20, "d")
+    files = [a1, c1, b1, a2]
+    assert passes(files, 100) == [[b1, a1, a2, c1]]
+    # the next hour joins while the pass stays within the limit; an hour is never split
+    assert passes(files, 9) == [[b1, a1, a2], [c1]]
+    assert passes(files, 8) == [[b1], [a1, a2], [c1]]
+    assert passes(files, 1) == [[b1], [a1, a2], [c1]]  # an hour above the limit: its own pass
+    assert passes([], 5) == []
+    with pytest.raises(ValueError, match="positive"):
+        passes(files, 0)
+
+
+def test_read_groups_keep_file_order_and_balance_lines() -> None:
+    """A pass's files (in hour order) are cut into at most one run per read task, in order,
+    none empty, each holding about an equal share of the lines."""
+
+    def landed(n: int, lines: int) -> LandedManifest:
+        return LandedManifest(NASA, H_NASA_1, f"k/{n}", lines, 1, f"{n:064d}")
+
+    files = [landed(i, lines) for i, lines in enumerate([5, 1, 9, 3, 3, 7, 2, 8, 4, 6, 1, 1])]
+    for tasks in (1, 2, 3, 4, 5, 12, 40):
+        groups = read_groups(files, tasks)
+        assert [f for g in groups for f in g] == files
+        assert len(groups) == min(tasks, len(files))
+        assert all(groups)
+        share = sum(f.lines for f in files) / len(groups)
+        assert max(sum(f.lines for f in g) for g in groups) <= share + max(f.lines for f in files)
+    assert read_groups([], 4) == []
+    with pytest.raises(ValueError, match="positive"):
+        read_groups(files, 0)
+
+
+def test_each_hour_is_written_by_one_read_task(spark, access_logs, tmp_path) -> None:
+    """Issue 9: a Spark writer opens one Parquet file per hour folder a task holds (~12 ms
+    each, docs/PERFORMANCE.md), so read tasks take runs of whole hours: a pass of 8 hours of
+    3 sites each, read by local[2]'s 4 tasks, writes one ``full`` file per hour except where
+    a task boundary falls inside an hour (at most 3 such hours)."""
+    store = LocalObjectStore(tmp_path / "lake")
+    with gzip.open(access_logs / NASA / "nasa-http-19950801.log.gz") as logs:
+        pages = [line.rstrip(b"\n") for line in logs if b"01/Aug/1995:00:" in line][:240]
+    hours = [H_NASA_1 + dt.timedelta(hours=h) for h in range(8)]
+    for h, hour in enumerate(hours):
+        for i, site in enumerate(("a.example", "b.example", "c.example")):
+            text = [
+                line.replace(b"01/Aug/1995:00:", f"01/Aug/1995:{hour:%H}:".encode()).replace(
+                    b"-0400]", b"+0000]"
+                )
+                for line in pages[i * 10 + h : 120 + h : 3]
+            ]
+            land(store, site, hour, text)
+    manifests = build_hours(spark, store, hours, attempt_id="grouped", visitor_key=KEY)
+    assert all(m.rows > 0 for m in manifests)
+    files = [len(m.full_files) for m in manifests]
+    assert max(files) <= 2 and sum(files) <= len(hours) + 3, files
+    written = sum(pq.read_metadata(store.uri(k)).num_rows for m in manifests for k in m.full_files)
+    assert written == sum(m.rows for m in manifests)
