@@ -11,8 +11,10 @@ from bq_platform.lib import layout
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.landing_index import find_orphans, scan_landing
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.planning import lookback_start
+from bq_platform_tests.emulators import GCSEmulator, RecordingSession
 from bq_platform_tests.lib.build_inputs import land
 from bq_platform_tests.lib.counting_store import CountingStore
 
@@ -110,3 +112,25 @@ def test_lookback_start_is_a_whole_utc_day():
                 lookback_start(now.replace(tzinfo=None), 3)
             else:
                 lookback_start(now, bad)
+
+
+@pytest.mark.emulator
+def test_on_gcs_a_window_listing_starts_at_its_first_hour(
+    gcs_emulator: GCSEmulator, gcs_bucket: str
+) -> None:
+    """The production store sends each site's listing with the window's first hour folder as
+    ``startOffset`` (GCS then lists from there; the emulator lists all and the store filters)."""
+    session = RecordingSession()
+    gcs = GCSObjectStore(gcs_bucket, gcs_emulator.client(session), prefix="window/lake")
+    for site in ("epa.gov", "ksc.nasa.gov"):
+        for day in (1, 2, 3):
+            land(gcs, site, dt.datetime(1995, 8, day, 10, tzinfo=UTC), [b"line"])
+    session.calls.clear()
+    window = scan_landing(gcs, since=dt.date(1995, 8, 3))
+    assert window.days() == [dt.date(1995, 8, 3)] and len(window.hours()[0].manifests) == 2
+    starts = sorted(c.query.get("startOffset", "") for c in session.calls if c.path.endswith("/o"))
+    assert starts == [
+        "",  # the sites' folders
+        "window/lake/landing/pageviews/site=epa.gov/hour=1995-08-03T00/",
+        "window/lake/landing/pageviews/site=ksc.nasa.gov/hour=1995-08-03T00/",
+    ]
