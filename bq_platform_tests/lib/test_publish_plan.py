@@ -40,11 +40,10 @@ def _write_lake(home: Path) -> None:
         store.write_text(layout.hour_manifest_key(hour), manifest.to_json())
 
 
-@pytest.fixture
-def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    _write_lake(tmp_path)
+def _prod_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """The production settings ``plan --offline`` needs, with the local lake under ``home``."""
     for name, value in {
-        "BQ_PLATFORM_HOME": str(tmp_path),
+        "BQ_PLATFORM_HOME": str(home),
         "BQ_PLATFORM_ENV": "prod",
         "BQ_PLATFORM_GCP_PROJECT": "p",
         "BQ_PLATFORM_BQ_DATASET": "d",
@@ -52,6 +51,12 @@ def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
         "BQ_PLATFORM_VISITOR_KEY": "k",
     }.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    _write_lake(tmp_path)
+    _prod_env(monkeypatch, tmp_path)
 
     def no_network(*args: object, **kwargs: object) -> None:
         raise AssertionError("plan --offline sent a request")
@@ -145,14 +150,7 @@ def test_the_default_hours_follow_the_lookback_window(
     """Without --start/--end: the landed days the automation would plan."""
     _write_lake(tmp_path)
     land(LocalObjectStore(tmp_path / "lake"), "epa.gov", HOURS[0], [b"x"])
-    for name, value in {
-        "BQ_PLATFORM_HOME": str(tmp_path),
-        "BQ_PLATFORM_ENV": "prod",
-        "BQ_PLATFORM_GCP_PROJECT": "p",
-        "BQ_PLATFORM_BQ_DATASET": "d",
-        "BQ_PLATFORM_BUCKET": "b",
-    }.items():
-        monkeypatch.setenv(name, value)
+    _prod_env(monkeypatch, tmp_path)
     every = CliRunner().invoke(main, ["plan", "--offline", "--json"])
     assert every.exit_code == 0, every.output
     assert "pageviews_stage_1995080104" in every.output

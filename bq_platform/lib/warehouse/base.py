@@ -10,8 +10,9 @@ engine lives here, once:
   raises :class:`SchemaMismatchError`; cached per table and spec fingerprint, so a run makes
   one metadata request per table (BigQuery allows ~5 metadata updates per 10 s per table:
   cloud.google.com/bigquery/quotas#standard_tables);
-- **submit job**: every load and copy job is checked against BigQuery's rules with the specs
-  of its destination and sources before it is sent or run (:meth:`Warehouse.validate_job`);
+- **submit job**: every load and copy job (:mod:`.job_model`) is checked against BigQuery's
+  rules with the specs of its destination and sources before it is sent or run
+  (:meth:`Warehouse.validate_job`);
 - **publish ledger**: append-only rows read back latest-wins (:mod:`.ledger`), so concurrent
   runs never run a mutating DML statement on it;
 - **counts** come from metadata (:meth:`Warehouse.table_info`): no scan, 0 bytes billed.
@@ -31,17 +32,21 @@ Semantics every backend keeps (they are BigQuery's):
 import abc
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from bq_platform.lib.warehouse import job_rules, ledger, rules
+from bq_platform.lib.warehouse import ledger, rules
 from bq_platform.lib.warehouse.compare import SpecDifference, compare
+from bq_platform.lib.warehouse.job_model import (
+    CopyJob,
+    Job,
+    JobStatus,
+    LoadJob,
+    validate_job,
+)
 from bq_platform.lib.warehouse.ledger import PublishRecord
 from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import TableSpec
-
-WriteDisposition = Literal["WRITE_TRUNCATE", "WRITE_APPEND", "WRITE_EMPTY"]
-JobState = Literal["PENDING", "RUNNING", "DONE"]
 
 __all__ = [
     "CopyJob",
@@ -85,81 +90,6 @@ class SchemaMismatchError(WarehouseError):
 
 
 @dataclasses.dataclass(frozen=True)
-class LoadJob:
-    """Load Parquet files into a table (BigQuery ``jobs.insert`` with ``configuration.load``).
-
-    Attributes:
-        job_id: deterministic ID (see :mod:`bq_platform.lib.jobids`).
-        destination: table name, optionally with a partition decorator ``$YYYYMMDD``.
-        source_uris: Parquet files (``gs://`` URIs or local paths); at most 10,000.
-        spec: the destination's table spec (explicit schema, never autodetect).
-        write_disposition: ``WRITE_TRUNCATE`` replaces the destination.
-        labels: job labels (asset, partition, run_id, fingerprint).
-    """
-
-    job_id: str
-    destination: str
-    source_uris: tuple[str, ...]
-    spec: TableSpec
-    write_disposition: WriteDisposition = "WRITE_TRUNCATE"
-    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class CopyJob:
-    """Copy tables into a destination (BigQuery ``configuration.copy``).
-
-    Attributes:
-        job_id: deterministic ID.
-        sources: source table names; each has the destination's schema, partitioning and
-            clustering (:func:`bq_platform.lib.warehouse.job_rules.check_copy_job`).
-        destination: ``table$YYYYMMDD`` to replace one day partition, or a table name.
-        write_disposition: ``WRITE_TRUNCATE`` replaces the destination partition.
-        labels: job labels.
-    """
-
-    job_id: str
-    sources: tuple[str, ...]
-    destination: str
-    write_disposition: WriteDisposition = "WRITE_TRUNCATE"
-    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-
-Job = LoadJob | CopyJob
-
-
-@dataclasses.dataclass(frozen=True)
-class JobStatus:
-    """What a job lookup returns.
-
-    Attributes:
-        job_id: the job's ID.
-        state: ``PENDING``, ``RUNNING`` or ``DONE``.
-        error_reason: BigQuery error reason (``invalid``, ``backendError``...) when DONE and failed.
-        error_message: human-readable error when DONE and failed.
-        output_rows: rows the job wrote (loads and copies), when known.
-        labels: the job's labels.
-        ended: UTC time the job finished (DONE jobs), when known.
-    """
-
-    job_id: str
-    state: JobState
-    error_reason: str | None = None
-    error_message: str | None = None
-    output_rows: int | None = None
-    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    ended: dt.datetime | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.state == "DONE"
-
-    @property
-    def succeeded(self) -> bool:
-        return self.state == "DONE" and self.error_reason is None
-
-
-@dataclasses.dataclass(frozen=True)
 class TableInfo:
     """Metadata of a table, or of one day partition of it (no scan, 0 bytes billed).
 
@@ -172,47 +102,6 @@ class TableInfo:
     table: str
     created: dt.datetime
     rows: int
-
-
-def validate_job(job: Job, spec_of: Callable[[str], TableSpec | None]) -> None:
-    """Check a load or copy job against BigQuery's rules (:mod:`.rules`).
-
-    Args:
-        job: the job.
-        spec_of: the spec of a table (no decorator), None if it does not exist.
-
-    Raises:
-        RuleViolation: naming the job, the rule and its source, if BigQuery would refuse it.
-    """
-    table, _ = rules.split_destination(job.destination)
-    if isinstance(job, LoadJob):
-        job_rules.check_load_job(
-            job.job_id,
-            job.destination,
-            job.source_uris,
-            job.spec,
-            spec_of(table) or job.spec,
-            job.write_disposition,
-            job.labels,
-        )
-        return
-    destination_spec = spec_of(table)
-    if destination_spec is None:
-        raise RuleViolation(
-            f"BigQuery would refuse copy job {job.job_id}: destination table {table} does not "
-            "exist and we never let a copy create a table (CREATE_NEVER); ensure it first "
-            "(source: /bigquery/docs/reference/rest/v2/Job#JobConfigurationTableCopy)"
-        )
-    sources = sorted({rules.split_destination(s)[0] for s in job.sources})
-    job_rules.check_copy_job(
-        job.job_id,
-        job.destination,
-        job.sources,
-        {name: spec_of(name) for name in sources},
-        destination_spec,
-        job.write_disposition,
-        job.labels,
-    )
 
 
 class Warehouse(abc.ABC):

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 
 from bq_platform.lib.warehouse import rules
-from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob, validate_job
+from bq_platform.lib.warehouse.job_model import CopyJob, Job, LoadJob, validate_job
 from bq_platform.lib.warehouse.schema import (
     PAGEVIEW_COLUMNS,
     Column,
