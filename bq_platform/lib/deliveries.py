@@ -18,11 +18,12 @@ A *delivery* is one landed manifest and the data file it names
 How a file is checked (:func:`verify_landed`): when the store's listing carries the object's
 CRC32C (GCS does, for every object: cloud.google.com/storage/docs/data-validation) and the
 manifest has one (``bq-platform land`` writes it), from the listing the build made anyway: no
-request and no byte through the driver. Otherwise (a local disk, or a producer's manifest
-without ``crc32c``) with one download: its length, SHA-256, CRC32C if the manifest has one, and
-the gzip magic bytes. A file that passes but is no readable gzip (a producer's bad file with a
-matching manifest) fails in Spark's read, which names it; the build turns that into a
-``LandingError`` too (:mod:`bq_platform.lib.build`).
+request and no byte through the driver (CRC32C detects a damaged or replaced file, as GCS
+itself uses it; the SHA-256 stays the delivery's identity for duplicates and fingerprints).
+Otherwise (a local disk, or a producer's manifest without ``crc32c``) with one download: its
+length, SHA-256, CRC32C if the manifest has one, and the gzip magic bytes. A file that passes
+but is no readable gzip (a producer's bad file with a matching manifest) fails in Spark's read,
+which names it; the build turns that into a ``LandingError`` too (:mod:`bq_platform.lib.build`).
 """
 
 import concurrent.futures
