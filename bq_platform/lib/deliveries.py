@@ -26,7 +26,6 @@ but is no readable gzip (a producer's bad file with a matching manifest) fails i
 which names it; the build turns that into a ``LandingError`` too (:mod:`bq_platform.lib.build`).
 """
 
-import concurrent.futures
 import dataclasses
 import datetime as dt
 import hashlib
@@ -43,14 +42,16 @@ from bq_platform.lib.objectstore.base import (
     ObjectNotFoundError,
     ObjectStore,
     crc32c,
+    side_by_side,
 )
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: Allowed landed file names (what the lander writes; Hadoop paths break on ':' and the like).
 _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _MAX_LISTED_PROBLEMS = 20
-#: Threads checking landed files (object stores reward parallel reads; on GCS each read is a
-#: request).
+#: Threads checking landed files by download, on every store (not the store's
+#: ``read_threads``): on GCS each download is a request, and on a local disk hashlib's SHA-256
+#: releases the interpreter lock, so the threads help there too.
 _VERIFY_THREADS = READ_THREADS
 #: What to do about a landed file that disagrees with its manifest or cannot be read.
 LANDING_HINT = (
@@ -230,8 +231,7 @@ def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> N
     Raises:
         LandingError: listing every file that is missing or disagrees, and what to do.
     """
-    with concurrent.futures.ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
-        results = list(pool.map(lambda d: _check_file(store, d), deliveries))
+    results = side_by_side(lambda d: _check_file(store, d), deliveries, _VERIFY_THREADS)
     problems = sorted(p for p in results if p)
     if problems:
         shown = problems[:_MAX_LISTED_PROBLEMS]

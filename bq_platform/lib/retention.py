@@ -22,7 +22,6 @@ side by side) before it deletes anything, and a unit must have been seen superse
 :data:`RETENTION`, far longer than a pass.
 """
 
-import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
@@ -31,7 +30,7 @@ import logging
 from bq_platform.lib import layout
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.manifest_reads import read_hour_manifests
-from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore
+from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore, side_by_side
 
 #: How long a superseded attempt is kept after cleanup first sees it (issue 7: "a short
 #: retention"). Longer than any build or load: a local day takes minutes, a cluster hour less.
@@ -114,12 +113,8 @@ def clean_attempts(
     still_seen: dict[str, str] = {}
     report = CleanupReport()
     attempts = list_attempts(store)
-    if store.read_threads > 1 and len(attempts) > 1:  # GCS: 3 listings per attempt, side by side
-        with concurrent.futures.ThreadPoolExecutor(max_workers=store.read_threads) as pool:
-            listed = pool.map(lambda a: attempt_hours(store, a), attempts)
-            hours_of = dict(zip(attempts, listed, strict=True))
-    else:
-        hours_of = {attempt_id: attempt_hours(store, attempt_id) for attempt_id in attempts}
+    listed = side_by_side(lambda a: attempt_hours(store, a), attempts, store.read_threads)
+    hours_of = dict(zip(attempts, listed, strict=True))  # GCS: 3 listings each, side by side
     # Every hour's manifest once, side by side (on GCS an existence check and a read per hour,
     # one after the other, were two requests in a row per hour any attempt holds).
     manifests = read_hour_manifests(store, sorted({h for hs in hours_of.values() for h in hs}))

@@ -9,12 +9,27 @@ import abc
 import base64
 import concurrent.futures
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import google_crc32c
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 #: Threads of :meth:`ObjectStore.read_many` (the storage client's connection pool holds 10).
 READ_THREADS = 8
+
+
+def side_by_side(call: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
+    """``[call(item) for item in items]``, in order, on up to ``threads`` threads: what the
+    object store's callers use for many requests at once (on GCS each is ~20-100 ms). Runs
+    inline for ``threads`` < 2 or fewer than 2 items. An exception of ``call`` propagates.
+    """
+    if threads < 2 or len(items) < 2:
+        return [call(item) for item in items]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(call, items))
 
 
 def crc32c(data: bytes) -> str:
@@ -129,7 +144,7 @@ class ObjectStore(abc.ABC):
 
     @staticmethod
     def in_range(key: str, start: str | None, end: str | None) -> bool:
-        """``start <= key < end``, either bound optional (the filter of :meth:`list_keys`)."""
+        """``start <= key < end``, either bound optional (the filter of :meth:`list_objects`)."""
         return (start is None or key >= start) and (end is None or key < end)
 
     #: Threads of :meth:`read_many` for this store.
@@ -141,7 +156,6 @@ class ObjectStore(abc.ABC):
         after the other takes minutes. A key that does not exist maps to its
         ``ObjectNotFoundError``, for the caller to report in its own order.
         """
-        threads = self.read_threads
 
         def read(key: str) -> bytes | ObjectNotFoundError:
             try:
@@ -149,10 +163,7 @@ class ObjectStore(abc.ABC):
             except ObjectNotFoundError as exc:
                 return exc
 
-        if len(keys) < 2 or threads < 2:
-            return {k: read(k) for k in keys}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
-            return dict(zip(keys, pool.map(read, keys), strict=True))
+        return dict(zip(keys, side_by_side(read, keys, self.read_threads), strict=True))
 
     def read_text(self, key: str) -> str:
         """Read an object as UTF-8 text."""
