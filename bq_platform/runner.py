@@ -30,7 +30,7 @@ from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.planning import contiguous, lookback_start, plan_day
 from bq_platform.lib.reporting import COUNT_FIELDS, STEP_TOTALS
-from bq_platform.lib.retention import clean_attempts
+from bq_platform.lib.retention import clean_staging
 from bq_platform.lib.warehouse.base import Warehouse
 
 if TYPE_CHECKING:
@@ -255,13 +255,14 @@ class PipelineRunner:
         return True
 
     def clean_attempts(self) -> None:
-        """Delete superseded build attempts (:func:`bq_platform.lib.retention.clean_attempts`).
+        """Delete superseded build attempts (:func:`bq_platform.lib.retention.clean_staging`:
+        the builds' records every time, every attempt folder once a week).
 
         Never fails the command: an unreadable manifest or a storage error leaves the attempts
         for the next run, with one line saying why.
         """
         try:
-            report = clean_attempts(self.store)
+            report = clean_staging(self.store)
         except (ManifestError, OSError) as exc:
             self.echo(f"cleanup of old attempts skipped: {exc}")
             return
@@ -270,6 +271,12 @@ class PipelineRunner:
             self.echo(
                 f"cleanup: deleted {report.deleted_objects} files of {attempts} superseded "
                 f"attempts ({report.waiting} superseded attempt-hours kept for now)"
+            )
+        if report.bad_records:
+            self.echo(
+                f"cleanup: {len(report.bad_records)} unreadable superseded records kept, e.g. "
+                f"{self.store.uri(report.bad_records[0])}: delete them (the weekly full pass "
+                "finds their attempts)"
             )
 
     def _tags(self) -> dict[str, str]:

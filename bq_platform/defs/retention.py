@@ -4,40 +4,53 @@
 the automation sensor, a backfill or the UI launch do not, so without this job the staging
 Parquet and dead letters of superseded attempts (a late file's rebuild, a retried build, a
 crashed attempt) would stay in the bucket for good. The rule is
-:func:`bq_platform.lib.retention.clean_attempts`: a unit is deleted once it has been seen
-superseded for :data:`~bq_platform.lib.retention.RETENTION`, so a daily pass deletes what the
-pass a day before found. Stopped by default, like the sensor: the operator turns it on in
-Automation.
+:func:`bq_platform.lib.retention.clean_staging`: the units the builds recorded as superseded
+go :data:`~bq_platform.lib.retention.RETENTION` after their record, and once every
+:data:`~bq_platform.lib.retention.FULL_PASS_EVERY` (or with ``full: true`` in the launchpad) a
+full pass over every attempt folder finds what no record names (crashes, lost races). Stopped
+by default, like the sensor: the operator turns it on in Automation.
 """
 
 import dagster as dg
 
 from bq_platform.defs.resources import ObjectStoreResource
-from bq_platform.lib.retention import RETENTION, clean_attempts
+from bq_platform.lib.retention import FULL_PASS_EVERY, RETENTION, clean_staging
 
 #: When the schedule runs (UTC): after the night's publishes, once a day (the retention is a day).
 CLEANUP_CRON = "30 3 * * *"
 
 
+class CleanupConfig(dg.Config):
+    """Launchpad config of the cleanup."""
+
+    full: bool = False
+    """Also run the full pass over every attempt folder now (it runs once every
+    FULL_PASS_EVERY anyway); its cost grows with the bucket's history."""
+
+
 @dg.op(
     name="clean_superseded_attempts",
     description="Delete the staging Parquet and dead letters of build attempts that no hour "
-    f"manifest names any more, once seen superseded for {RETENTION} (the files a manifest "
-    "names are never touched). Metadata: what was deleted and what waits.",
+    f"manifest names any more, {RETENTION} after they were superseded (the files a manifest "
+    "names are never touched): the units the builds recorded, and once every "
+    f"{FULL_PASS_EVERY} a full pass over every attempt folder. Metadata: what was deleted and "
+    "what waits.",
 )
 def clean_superseded_attempts(
-    context: dg.OpExecutionContext, object_store: ObjectStoreResource
+    context: dg.OpExecutionContext, config: CleanupConfig, object_store: ObjectStoreResource
 ) -> dg.Output[None]:
-    report = clean_attempts(object_store.get_store(), log=context.log)
+    report = clean_staging(object_store.get_store(), full=config.full, log=context.log)
     attempts = sorted({attempt for attempt, _ in report.deleted_units})
     context.log.info(
         "deleted %d files of %d superseded attempt-hours (%d attempts); %d wait for the "
-        "retention, %d are named or not yet superseded",
+        "retention, %d are named or not yet superseded; %d records done%s",
         report.deleted_objects,
         len(report.deleted_units),
         len(attempts),
         report.waiting,
         report.kept,
+        report.records,
+        "; full pass" if report.full_pass else "",
     )
     return dg.Output(
         None,
@@ -47,6 +60,9 @@ def clean_superseded_attempts(
             "deleted_attempts": dg.MetadataValue.json(attempts[:100]),
             "waiting_units": dg.MetadataValue.int(report.waiting),
             "kept_units": dg.MetadataValue.int(report.kept),
+            "records_done": dg.MetadataValue.int(report.records),
+            "unreadable_records": dg.MetadataValue.json(report.bad_records[:100]),
+            "full_pass": dg.MetadataValue.bool(report.full_pass),
         },
     )
 

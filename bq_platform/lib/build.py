@@ -26,7 +26,9 @@ runs the Spark pass. For a set of UTC hours it:
    hour; :mod:`bq_platform.lib.build_frames`); an hour without such rows still gets one empty
    Parquet file in each, so each load job has at least one file;
 7. writes each hour's :class:`~bq_platform.lib.manifest.HourManifest` *last*; it names exactly
-   the files that count, so a crashed attempt leaves nothing a loader would pick up.
+   the files that count, so a crashed attempt leaves nothing a loader would pick up; then
+   records the attempts those manifests displaced, for the cleanup
+   (:mod:`bq_platform.lib.superseded`).
 
 Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
@@ -73,10 +75,12 @@ from bq_platform.lib.hour_manifests import (
     sum_counts,
 )
 from bq_platform.lib.landing_index import list_sites
-from bq_platform.lib.manifest import HourManifest, LandedManifest
+from bq_platform.lib.manifest import HourManifest, LandedManifest, ManifestError
+from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import key_id
+from bq_platform.lib.superseded import record_superseded, superseded_units
 from bq_platform.lib.transform import (
     CATEGORY_NON_PAGE,
     CATEGORY_OUT_OF_WINDOW,
@@ -218,6 +222,14 @@ def build_hours(
         (full_prefix, sample_prefix, dead_prefix),
         orphans=orphans,
     )
+    # The manifests these replace, for the record of what this attempt displaces (one read per
+    # hour, side by side): the cleanup then deletes those units without a listing of every
+    # attempt ever written (lib/superseded.py).
+    try:
+        previous = read_hour_manifests(store, hour_list)
+    except ManifestError as exc:  # replaced below; the cleanup's full pass finds its attempts
+        log.warning("%s; it is replaced, and its attempt is left to the full cleanup pass", exc)
+        previous = {}
     for manifest in manifests:  # last: a manifest names only complete files
         store.write_text(layout.hour_manifest_key(manifest.hour), manifest.to_json())
         totals = sum_counts(manifest.counts)
@@ -244,6 +256,12 @@ def build_hours(
             totals["out_of_window"],
             len(manifest.full_files),
             problems,
+        )
+    displaced = record_superseded(store, attempt_id, superseded_units(previous, manifests))
+    if displaced is not None:
+        log.info(
+            "recorded %d superseded attempt-hours for cleanup after the retention",
+            len(displaced.units),
         )
     everything = sum_counts([c for m in manifests for c in m.counts])
     log.info(

@@ -2,60 +2,211 @@
 
 Every build attempt writes under its own prefix (:func:`bq_platform.lib.layout.attempt_prefix`,
 :func:`~bq_platform.lib.layout.deadletter_attempt_prefix`) and the hour manifest, written last,
-names the files that count. A crash, a ``--force`` or a concurrent run leaves the other
-attempts' files behind: they cost storage and a glob of the dead letters counts them again
-(issue 7). This module removes them, per attempt and hour:
+names the files that count. A rebuild, a ``--force``, a crash or a concurrent run leaves the
+other attempts' files behind: they cost storage and a glob of the dead letters counts them
+again (issue 7). This module removes them per *unit* (one attempt's three folders of one hour).
 
-- a unit (one attempt's three folders of one hour) is *superseded* when the hour's manifest
-  exists and names another attempt: a newer attempt is complete. A unit whose hour has no
-  manifest is kept: nothing newer is complete, and its attempt may still be running;
-- a superseded unit is deleted only once it has been seen superseded for :data:`RETENTION`
-  (first sightings are kept in :data:`~bq_platform.lib.layout.ATTEMPT_REGISTRY_KEY`, so the rule
-  works on any object store, without object timestamps). An attempt that is still writing, or a
-  load job still reading a manifest that was just replaced, finishes long before that;
-- an attempt with no hour folder left (all its hours deleted, or a crash before it wrote one,
-  e.g. Spark's ``_temporary``) is deleted whole, with the same retention.
+:func:`clean_staging` is what runs (after each ``bq-platform run``, and daily in a deployment's
+``staging_cleanup_job``). It is two passes:
 
-Deleting is idempotent; two cleaners at once at worst forget a sighting (a unit is then kept
-one retention longer), never delete a named file: a pass reads the hours' manifests (once each,
-side by side) before it deletes anything, and a unit must have been seen superseded for
-:data:`RETENTION`, far longer than a pass.
+- the **record pass** (:func:`clean_superseded`), every time: each build records the units it
+  displaced (:mod:`bq_platform.lib.superseded`); the pass lists those records (one listing),
+  re-reads the manifests of their hours and deletes each unit no manifest names once
+  :data:`RETENTION` has passed since its record was written. Its cost follows the builds since
+  the last pass, not the history (issue 9);
+- the **full pass** (:func:`clean_attempts`), once every :data:`FULL_PASS_EVERY` (or when
+  asked): it visits every attempt folder and reads the manifest of every hour they hold, so
+  its cost grows with the history; it finds what no record names (an attempt that crashed
+  before its manifests, a crash between the manifests and the record, a build that lost a race
+  for an hour). A unit is *superseded* when its hour's manifest exists and names another
+  attempt; a unit whose hour has no manifest is kept (its attempt may still be running). A
+  superseded unit is deleted once it has been seen superseded for :data:`RETENTION` (first
+  sightings are kept in :data:`~bq_platform.lib.layout.ATTEMPT_REGISTRY_KEY`, so the rule works
+  on any object store, without object timestamps); an attempt with no hour folder left is
+  deleted whole, with the same retention.
+
+Both passes read the hour's current manifest before deleting a unit and never delete one it
+names. Deleting is idempotent; two cleaners at once at worst forget a sighting (a unit is then
+kept one retention longer). :data:`RETENTION` is far longer than a build or a load job still
+reading a manifest that was just replaced.
 """
 
 import dataclasses
 import datetime as dt
 import json
 import logging
+from collections.abc import Sequence
 
 from bq_platform.lib import layout
-from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.manifest import HourManifest, ManifestError
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore, side_by_side
+from bq_platform.lib.superseded import Unit, read_records, record_folder
 
-#: How long a superseded attempt is kept after cleanup first sees it (issue 7: "a short
+#: How long a superseded attempt is kept after it is known superseded (issue 7: "a short
 #: retention"). Longer than any build or load: a local day takes minutes, a cluster hour less.
 RETENTION = dt.timedelta(days=1)
+#: How often :func:`clean_staging` adds the full pass. A unit only it finds (a crash, a lost
+#: race) is then deleted 1-2 full passes after it appeared: within about two weeks.
+FULL_PASS_EVERY = dt.timedelta(days=7)
 _WHOLE = "*"
+_REGISTRY_FORMAT = "bq_platform.attempt_registry/2"
 
 Logger = logging.Logger | logging.LoggerAdapter
 
 
 @dataclasses.dataclass
 class CleanupReport:
-    """What one cleanup pass did.
+    """What a cleanup did.
 
     Attributes:
-        deleted_objects: objects removed (Parquet files and anything else under the prefixes).
-        deleted_units: ``(attempt_id, hour label or '*')`` removed.
-        waiting: superseded units kept because they were first seen less than
-            :data:`RETENTION` ago.
-        kept: units an hour manifest names, or whose hour has no manifest yet.
+        deleted_objects: objects removed (Parquet files and anything else under the prefixes;
+            not the records).
+        deleted_units: ``(attempt_id, hour label or '*')`` removed, in the order removed.
+        waiting: superseded units kept because they have not been superseded for
+            :data:`RETENTION` yet.
+        kept: units an hour manifest names, or whose hour has no manifest.
+        records: superseded records done with and deleted (record pass).
+        bad_records: keys of records that could not be read (kept, logged).
+        full_pass: whether the full pass ran.
     """
 
     deleted_objects: int = 0
     deleted_units: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     waiting: int = 0
     kept: int = 0
+    records: int = 0
+    bad_records: list[str] = dataclasses.field(default_factory=list)
+    full_pass: bool = False
+
+    def add(self, other: "CleanupReport") -> "CleanupReport":
+        """This report with ``other``'s counts added (a unit deleted by both passes once)."""
+        units = self.deleted_units + [u for u in other.deleted_units if u not in self.deleted_units]
+        return CleanupReport(
+            deleted_objects=self.deleted_objects + other.deleted_objects,
+            deleted_units=units,
+            waiting=self.waiting + other.waiting,
+            kept=self.kept + other.kept,
+            records=self.records + other.records,
+            bad_records=self.bad_records + other.bad_records,
+            full_pass=self.full_pass or other.full_pass,
+        )
+
+
+@dataclasses.dataclass
+class _Registry:
+    """The full pass's bookkeeping: first sightings of superseded units, last full pass."""
+
+    first_seen: dict[str, str]
+    last_full_pass: dt.datetime | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": _REGISTRY_FORMAT,
+                "last_full_pass": self.last_full_pass and self.last_full_pass.isoformat(),
+                "first_seen": self.first_seen,
+            },
+            indent=1,
+        )
+
+
+def clean_staging(
+    store: ObjectStore,
+    now: dt.datetime | None = None,
+    retention: dt.timedelta = RETENTION,
+    full: bool = False,
+    log: Logger | None = None,
+) -> CleanupReport:
+    """The cleanup that runs: the record pass, then the full pass if ``full`` or if none ran in
+    the last :data:`FULL_PASS_EVERY` (see the module docstring).
+
+    Args:
+        store: the lake.
+        now: current UTC time (tests pass one); default the clock.
+        retention: minimum time between a unit being known superseded and its deletion.
+        full: run the full pass whenever it last ran.
+        log: where to log each deletion (INFO).
+
+    Returns:
+        Both passes' :class:`CleanupReport` added up.
+
+    Raises:
+        ManifestError: if an hour manifest is unreadable (nothing is deleted for that pass).
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    report, recorded = _record_pass(store, now, retention, log)
+    registry = _read_registry(store)
+    last = registry.last_full_pass
+    if full or last is None or now - last >= FULL_PASS_EVERY:
+        # the units a record waits for are the record pass's: counted and timed once
+        report = report.add(_full_pass(store, registry, now, retention, log, skip=recorded))
+    return report
+
+
+def clean_superseded(
+    store: ObjectStore,
+    now: dt.datetime | None = None,
+    retention: dt.timedelta = RETENTION,
+    log: Logger | None = None,
+) -> CleanupReport:
+    """The record pass: delete the units the builds' superseded records name, ``retention``
+    after each record was written, unless the hour's current manifest names them again.
+
+    Requests: one listing of the records, one read per record, one read per hour of the due
+    records (side by side), the deletions (on GCS a listing and the deletes per folder), and
+    one deletion per record done with. A record that is not due yet is left for a later pass.
+
+    Returns:
+        A :class:`CleanupReport` (``records``: records deleted; ``waiting``: units of records
+        not due yet).
+
+    Raises:
+        ManifestError: if an hour manifest is unreadable (nothing is deleted then).
+    """
+    return _record_pass(store, now or dt.datetime.now(dt.UTC), retention, log)[0]
+
+
+def _record_pass(
+    store: ObjectStore, now: dt.datetime, retention: dt.timedelta, log: Logger | None
+) -> tuple[CleanupReport, set[Unit]]:
+    """:func:`clean_superseded`, and the units of the records not due yet."""
+    log = log or logging.getLogger(__name__)
+    report = CleanupReport()
+    due: dict[str, tuple[Unit, ...]] = {}
+    waiting: set[Unit] = set()
+    for key, record in read_records(store).items():
+        if isinstance(record, ManifestError):
+            log.warning("%s; kept: delete it by hand (the full pass finds its units)", record)
+            report.bad_records.append(key)
+        elif now - record.written_at < retention:
+            waiting.update(record.units)
+        else:
+            due[key] = record.units
+    report.waiting = len(waiting)
+    units = sorted({unit for record_units in due.values() for unit in record_units})
+    hours = {label: layout.parse_hour_label(label) for _, label in units}
+    manifests = read_hour_manifests(store, sorted(set(hours.values())))
+    gone = []
+    for attempt_id, label in units:
+        current = manifests[hours[label]]
+        if current is None or names_attempt(current, attempt_id):
+            report.kept += 1
+        else:
+            gone.append((attempt_id, label))
+    counts = side_by_side(
+        lambda unit: _delete(store, layout.attempt_hour_prefixes(unit[0], hours[unit[1]])),
+        gone,
+        store.read_threads,
+    )
+    for unit, count in zip(gone, counts, strict=True):
+        report.deleted_objects += count
+        report.deleted_units.append(unit)
+        log.info("deleted attempt %s of hour %s (superseded, recorded)", *unit)
+    for key in due:
+        store.delete_prefix(record_folder(key))
+        report.records += 1
+    return report, waiting
 
 
 def list_attempts(store: ObjectStore) -> list[str]:
@@ -93,7 +244,10 @@ def clean_attempts(
     retention: dt.timedelta = RETENTION,
     log: Logger | None = None,
 ) -> CleanupReport:
-    """Delete the attempts (per hour) that a newer complete attempt superseded ``retention`` ago.
+    """The full pass: delete the attempts (per hour) seen superseded ``retention`` ago.
+
+    Requests: 2 listings of attempts, 3 listings per attempt (side by side), one read per hour
+    any attempt holds (side by side), the registry's read and write, and the deletions.
 
     Args:
         store: the lake.
@@ -102,16 +256,26 @@ def clean_attempts(
         log: where to log each deletion (INFO).
 
     Returns:
-        A :class:`CleanupReport`.
+        A :class:`CleanupReport` (``full_pass`` True).
 
     Raises:
-        ManifestError: if an hour manifest is unreadable (nothing is deleted for that hour).
+        ManifestError: if an hour manifest is unreadable (nothing is deleted then).
     """
-    now = now or dt.datetime.now(dt.UTC)
+    return _full_pass(store, _read_registry(store), now or dt.datetime.now(dt.UTC), retention, log)
+
+
+def _full_pass(
+    store: ObjectStore,
+    registry: _Registry,
+    now: dt.datetime,
+    retention: dt.timedelta,
+    log: Logger | None,
+    skip: set[Unit] = frozenset(),  # type: ignore[assignment]
+) -> CleanupReport:
     log = log or logging.getLogger(__name__)
-    seen = _read_registry(store)
+    seen = registry.first_seen
     still_seen: dict[str, str] = {}
-    report = CleanupReport()
+    report = CleanupReport(full_pass=True)
     attempts = list_attempts(store)
     listed = side_by_side(lambda a: attempt_hours(store, a), attempts, store.read_threads)
     hours_of = dict(zip(attempts, listed, strict=True))  # GCS: 3 listings each, side by side
@@ -128,6 +292,8 @@ def clean_attempts(
         deleted = 0
         for hour in hours:
             current = manifests[hour]
+            if (attempt_id, layout.hour_label(hour)) in skip:
+                continue  # a record waits for it (record pass)
             if current is None or names_attempt(current, attempt_id):
                 report.kept += 1
                 continue
@@ -150,20 +316,32 @@ def clean_attempts(
         report.deleted_units.append((attempt_id, _WHOLE))
         still_seen.pop(f"{attempt_id}/{_WHOLE}", None)
         log.info("deleted attempt %s (no hour manifest names it)", attempt_id)
-    if still_seen != seen:
-        store.write_text(layout.ATTEMPT_REGISTRY_KEY, json.dumps(still_seen, indent=1))
+    store.write_text(layout.ATTEMPT_REGISTRY_KEY, _Registry(still_seen, now).to_json())
     return report
 
 
-def _delete(store: ObjectStore, prefixes: tuple[str, ...]) -> int:
+def _delete(store: ObjectStore, prefixes: Sequence[str]) -> int:
     return sum(store.delete_prefix(prefix) for prefix in prefixes)
 
 
-def _read_registry(store: ObjectStore) -> dict[str, str]:
+def _read_registry(store: ObjectStore) -> _Registry:
+    """The registry; empty if missing or unreadable (a lost registry only delays deletions by
+    one retention and brings the full pass forward). A flat JSON object is the first format
+    (first sightings only)."""
     try:  # one request: no existence check first
         data = json.loads(store.read_bytes(layout.ATTEMPT_REGISTRY_KEY))
     except ObjectNotFoundError:
-        return {}
+        return _Registry({})
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}  # a lost registry only delays deletions by one retention
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        return _Registry({})
+    if not isinstance(data, dict):
+        return _Registry({})
+    if data.get("format") != _REGISTRY_FORMAT:
+        return _Registry({str(k): str(v) for k, v in data.items()})
+    try:
+        last = data.get("last_full_pass")
+        last_full_pass = dt.datetime.fromisoformat(last) if last else None
+        first_seen = {str(k): str(v) for k, v in dict(data.get("first_seen") or {}).items()}
+    except (TypeError, ValueError):
+        return _Registry({})
+    return _Registry(first_seen, last_full_pass)

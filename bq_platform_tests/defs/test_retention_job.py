@@ -20,18 +20,22 @@ def test_the_job_deletes_what_was_seen_superseded_a_day_ago(tmp_path):
     store = lake(tmp_path)
     clean_attempts(store, now=T0)  # a pass long ago saw old/05, running/06 and crashed
 
-    def run() -> dict:
+    def run(full: bool = False) -> dict:
         result = staging_cleanup_job.execute_in_process(
             resources={"object_store": LocalObjectStoreResource(root=str(store.root))},
             instance=dg.DagsterInstance.ephemeral(),
+            run_config={"ops": {"clean_superseded_attempts": {"config": {"full": full}}}},
         )
         assert result.success
         (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
         return {k: v.value for k, v in output.event_specific_data.metadata.items()}
 
-    first = run()
+    first = run()  # the last full pass was long ago: this one is full
+    assert first["full_pass"] is True
     assert first["deleted_units"] == 4 and first["deleted_objects"] == 1 + 3 + 3
     assert first["deleted_attempts"] == ["crashed", "old", "running"]
     assert list_attempts(store) == ["new", "old"]  # old's hour 6 is still named
-    again = run()
+    again = run()  # a day later in production: the records only
+    assert again["full_pass"] is False and again["records_done"] == 0
     assert again["deleted_units"] == 0 and again["waiting_units"] == 0
+    assert run(full=True)["full_pass"] is True  # asked for in the launchpad

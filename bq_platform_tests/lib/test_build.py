@@ -30,6 +30,7 @@ from bq_platform.lib.manifest_reads import read_hour_manifest, read_hour_manifes
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
+from bq_platform.lib.superseded import read_records, superseded_record_key
 from bq_platform.lib.transform import TRANSFORM_VERSION
 from bq_platform_tests.lib.build_inputs import (
     EPA,
@@ -353,8 +354,12 @@ def test_rerun_with_new_attempt_is_identical(spark, built) -> None:
         m.input_fingerprint, TRANSFORM_VERSION, key_id(KEY), SAMPLE_MODULUS
     )
     assert m.input_fingerprint == jobids.input_fingerprint([(EPA, built.duplicate.sha256)])
-    # the first attempt's files are untouched (its manifest may still be in use by a loader)
+    # the first attempt's files are untouched (its manifest may still be in use by a loader),
+    # and recorded as superseded, for the cleanup after the retention (lib/superseded.py)
     assert all(built.store.exists(k) for k in built.manifests[H_NASA_1].full_files)
+    record = read_records(built.store)[superseded_record_key("attempt-2")]
+    assert record.attempt_id == "attempt-2"
+    assert record.units == tuple(sorted(("attempt-1", layout.hour_label(h)) for h in hours))
 
 
 def test_same_attempt_twice_replaces_its_files(spark, built) -> None:
@@ -364,6 +369,25 @@ def test_same_attempt_twice_replaces_its_files(spark, built) -> None:
     on_disk = [k for k in built.store.list_keys(prefix) if k.endswith(".parquet")]
     assert sorted(on_disk) == sorted((*second[0].full_files, *second[0].sample_files))
     assert first[0].rows == second[0].rows
+    # the retry displaced nothing more: the first try's record stands
+    records = read_records(built.store)
+    assert records[superseded_record_key("attempt-3")].units == (
+        ("attempt-1", layout.hour_label(H_NASA_2)),
+    )
+
+
+def test_an_unreadable_hour_manifest_is_replaced_and_left_to_the_full_cleanup(
+    spark, built, caplog
+) -> None:
+    caplog.set_level(logging.WARNING, logger="bq_platform.lib.build")
+    key = layout.hour_manifest_key(H_EMPTY)
+    built.store.write_text(key, '{"format": "bq_platform.hour/1", "hour"')
+
+    (manifest,) = build_hours(spark, built.store, [H_EMPTY], attempt_id="torn", visitor_key=KEY)
+
+    assert HourManifest.from_json(built.store.read_text(key)) == manifest
+    assert superseded_record_key("torn") not in read_records(built.store)
+    assert built.store.uri(key) in caplog.text and "full cleanup pass" in caplog.text
 
 
 def test_another_key_changes_fingerprint_and_visitors(spark, built) -> None:

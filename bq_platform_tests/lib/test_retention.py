@@ -12,7 +12,16 @@ from bq_platform.lib.deadletters import built_hours, cut, read_dead_letters, sum
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform.lib.retention import RETENTION, attempt_hours, clean_attempts, list_attempts
+from bq_platform.lib.retention import (
+    FULL_PASS_EVERY,
+    RETENTION,
+    attempt_hours,
+    clean_attempts,
+    clean_staging,
+    clean_superseded,
+    list_attempts,
+)
+from bq_platform.lib.superseded import read_records, record_superseded
 from bq_platform_tests.emulators import GCSEmulator
 from bq_platform_tests.lib.counting_store import CountingStore
 
@@ -39,9 +48,11 @@ def write_attempt(
     return keys
 
 
-def publish(store: LocalObjectStore, attempt: str, hour: dt.datetime, keys: tuple) -> None:
-    """Write the hour manifest naming ``attempt``'s files (what a complete build does last)."""
-    manifest = HourManifest(
+def manifest_of(attempt: str, hour: dt.datetime, keys: tuple | None = None) -> HourManifest:
+    """An hour manifest of ``attempt`` naming ``keys`` (default: one file in each of its three
+    folders of ``hour``, as :func:`write_attempt` writes them)."""
+    keys = keys or tuple(f"{p}/part-0.parquet" for p in layout.attempt_hour_prefixes(attempt, hour))
+    return HourManifest(
         hour=hour,
         attempt_id=attempt,
         fingerprint="f" * 64,
@@ -53,7 +64,11 @@ def publish(store: LocalObjectStore, attempt: str, hour: dt.datetime, keys: tupl
         sample_rows=1,
         counts=(),
     )
-    store.write_text(layout.hour_manifest_key(hour), manifest.to_json())
+
+
+def publish(store: LocalObjectStore, attempt: str, hour: dt.datetime, keys: tuple) -> None:
+    """Write the hour manifest naming ``attempt``'s files (what a complete build does last)."""
+    store.write_text(layout.hour_manifest_key(hour), manifest_of(attempt, hour, keys).to_json())
 
 
 def dead_row(line_no: int, reason: str = "malformed", raw: str = "garbage") -> dict:
@@ -155,6 +170,96 @@ def test_an_attempt_named_again_is_forgotten_and_kept(tmp_path):
     later = clean_attempts(store, now=T0 + 2 * RETENTION)
     assert ("old", "*") in later.deleted_units
     assert list_attempts(store) == ["new", "running"]
+
+
+def recorded_lake(store: LocalObjectStore, history: int = 0) -> LocalObjectStore:
+    """'old' built hours 5 and 6, then 'new' rebuilt hour 5 and recorded old/05 as superseded
+    at T0; ``history`` earlier attempts, each superseded for hour 6 long ago, no record."""
+    for n in range(history):
+        write_attempt(store, f"h{n:03d}", H6, [dead_row(n)])
+    old5 = write_attempt(store, "old", H5, [dead_row(1)])
+    publish(store, "old", H6, write_attempt(store, "old", H6, [dead_row(9)]))
+    publish(store, "old", H5, old5)
+    publish(store, "new", H5, write_attempt(store, "new", H5, [dead_row(1)]))
+    record_superseded(store, "new", [("old", "1995-08-01T05")], now=T0)
+    return store
+
+
+def test_recorded_units_go_after_the_retention_whatever_the_history(tmp_path):
+    """The record pass's requests follow the records, not the attempts ever written (issue
+    9): 50 old attempts change nothing, and no folder is listed."""
+    store = recorded_lake(CountingStore(tmp_path / "lake"), history=50)
+    store.calls.clear()
+
+    young = clean_superseded(store, now=T0 + RETENTION - dt.timedelta(seconds=1))
+
+    assert young.deleted_units == [] and young.waiting == 1 and young.records == 0
+    assert store.counted() == {"list": 1, "read_bytes": 1}  # the records; no manifest yet
+    due = clean_superseded(store, now=T0 + RETENTION)
+    assert due.deleted_units == [("old", "1995-08-01T05")] and due.deleted_objects == 3
+    assert due.records == 1 and due.kept == 0 and due.waiting == 0
+    # the records' listing and read, hour 5's manifest, old/05's 3 folders and the record
+    assert store.counted() == {"list": 1, "read_bytes": 2, "delete_prefix": 3 + 1}
+    assert read_records(store) == {}
+    assert attempt_hours(store, "old") == [H6]  # named by hour 6's manifest
+    assert attempt_hours(store, "new") == [H5]
+    assert len(list_attempts(store)) == 2 + 50  # the unrecorded history waits for a full pass
+    assert clean_superseded(store, now=T0 + 2 * RETENTION).deleted_units == []
+
+
+def test_a_recorded_unit_named_again_is_kept(tmp_path):
+    store = recorded_lake(LocalObjectStore(tmp_path / "lake"))
+    keys = tuple(f"{p}/part-0.parquet" for p in layout.attempt_hour_prefixes("old", H5))
+    publish(store, "old", H5, keys)  # hour 5's manifest names old's files again
+
+    report = clean_superseded(store, now=T0 + RETENTION)
+
+    assert report.deleted_units == [] and report.kept == 1 and report.records == 1
+    assert all(store.exists(k) for k in keys)
+
+
+def test_an_unreadable_record_is_kept_and_named(tmp_path, caplog):
+    store = recorded_lake(LocalObjectStore(tmp_path / "lake"))
+    bad = "staging/pageviews/_SUPERSEDED/attempt=torn/units.json"
+    store.write_text(bad, '{"format": "bq_platform.superseded/1", "units": [')
+
+    report = clean_superseded(store, now=T0 + RETENTION)
+
+    assert report.bad_records == [bad] and store.exists(bad)
+    assert report.deleted_units == [("old", "1995-08-01T05")]
+    assert store.uri(bad) in caplog.text and "delete it by hand" in caplog.text
+
+
+def test_the_full_pass_runs_first_then_once_every_full_pass_every(tmp_path):
+    store = recorded_lake(LocalObjectStore(tmp_path / "lake"))
+    store.write_text(layout.ATTEMPT_REGISTRY_KEY, '{"old/1995-08-01T06": "2025-01-01T00:00:00"}')
+    write_attempt(store, "crashed", H6, [dead_row(5)])  # no manifest will ever name it
+
+    first = clean_staging(store, now=T0)  # a registry of the first format: no full pass known
+    assert first.full_pass and first.waiting == 1 + 1  # the record's unit, crashed/06
+    day = clean_staging(store, now=T0 + RETENTION)
+    assert not day.full_pass and day.deleted_units == [("old", "1995-08-01T05")]
+    forced = clean_staging(store, now=T0 + RETENTION, full=True)
+    assert forced.full_pass
+    assert forced.deleted_units == [("crashed", "1995-08-01T06"), ("crashed", "*")]
+    assert list_attempts(store) == ["new", "old"]
+    last = T0 + RETENTION  # the forced pass
+    assert not clean_staging(store, now=last + FULL_PASS_EVERY - dt.timedelta(seconds=1)).full_pass
+    assert clean_staging(store, now=last + FULL_PASS_EVERY).full_pass
+
+
+@pytest.mark.emulator
+def test_on_gcs_the_recorded_units_go(gcs_emulator: GCSEmulator, gcs_bucket: str, tmp_path):
+    local = recorded_lake(LocalObjectStore(tmp_path / "lake"), history=3)
+    gcs = GCSObjectStore(gcs_bucket, gcs_emulator.client(), prefix="retention/recorded")
+    for key in local.list_keys(""):
+        gcs.write_bytes(key, local.read_bytes(key))
+
+    due = [clean_superseded(s, now=T0 + RETENTION) for s in (local, gcs)]
+
+    assert due[1] == due[0] and due[1].deleted_units == [("old", "1995-08-01T05")]
+    assert read_records(gcs) == {} and attempt_hours(gcs, "old") == [H6]
+    assert list_attempts(gcs) == list_attempts(local)
 
 
 def test_dead_letters_come_from_the_named_files_only(tmp_path):
