@@ -266,18 +266,8 @@ class PipelineRunner:
         except (ManifestError, OSError) as exc:
             self.echo(f"cleanup of old attempts skipped: {exc}")
             return
-        if report.deleted_units:
-            attempts = len({a for a, _ in report.deleted_units})
-            self.echo(
-                f"cleanup: deleted {report.deleted_objects} files of {attempts} superseded "
-                f"attempts ({report.waiting} superseded attempt-hours kept for now)"
-            )
-        if report.bad_records:
-            self.echo(
-                f"cleanup: {len(report.bad_records)} unreadable superseded records kept, e.g. "
-                f"{self.store.uri(report.bad_records[0])}: delete them (the weekly full pass "
-                "finds their attempts)"
-            )
+        if report.deleted_units or report.bad_records:
+            self.echo(f"cleanup: {report.describe()}")
 
     def _tags(self) -> dict[str, str]:
         return {TRIGGER_TAG: CLI_TRIGGER, PID_TAG: str(os.getpid())}

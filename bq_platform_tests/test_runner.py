@@ -2,13 +2,16 @@
 when it starts the Spark session ahead of them."""
 
 import datetime as dt
+import json
 
 import dagster as dg
 
+from bq_platform.lib import layout
 from bq_platform.lib.hours import day_hours
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
 from bq_platform.runner import PipelineRunner, batches
+from bq_platform_tests.lib.test_retention import lake
 
 D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))
 
@@ -105,3 +108,29 @@ def test_a_lookback_window_plans_only_its_days(tmp_path):
     assert lines == [
         f"{D1}: due (24 hours to build (1995-08-01T00, 1995-08-01T01, 1995-08-01T02 ...))"
     ]
+
+
+def test_the_cleanup_after_a_run_says_what_it_deleted_and_what_it_could_not_read(tmp_path):
+    store = lake(tmp_path)  # old/05, running/06 and crashed: superseded, first seen long ago
+    seen = ("old/1995-08-01T05", "running/1995-08-01T06", "crashed/*")
+    long_ago = "2020-01-01T00:00:00+00:00"
+    store.write_text(layout.ATTEMPT_REGISTRY_KEY, json.dumps(dict.fromkeys(seen, long_ago)))
+    torn = "staging/pageviews/_SUPERSEDED/attempt=torn/units.json"
+    store.write_text(torn, "{")
+    lines: list[str] = []
+    runner = PipelineRunner(
+        load_definitions=dg.Definitions,
+        store=store,
+        warehouse=DuckDBWarehouse(tmp_path / "w.duckdb"),
+        visitor_key="k",
+        echo=lines.append,
+    )
+
+    runner.clean_attempts()
+
+    (line,) = lines
+    assert line.startswith("cleanup: deleted 7 files of 4 superseded attempt-hours (3 attempts)")
+    assert "; full pass" in line and f"1 unreadable superseded records kept, e.g. {torn}" in line
+    assert store.exists(torn)
+    runner.clean_attempts()  # nothing left to delete: the unreadable record is said again
+    assert "1 unreadable superseded records kept" in lines[1] and "; full pass" not in lines[1]

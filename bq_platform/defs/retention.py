@@ -41,17 +41,7 @@ def clean_superseded_attempts(
 ) -> dg.Output[None]:
     report = clean_staging(object_store.get_store(), full=config.full, log=context.log)
     attempts = sorted({attempt for attempt, _ in report.deleted_units})
-    context.log.info(
-        "deleted %d files of %d superseded attempt-hours (%d attempts); %d wait for the "
-        "retention, %d are named or not yet superseded; %d records done%s",
-        report.deleted_objects,
-        len(report.deleted_units),
-        len(attempts),
-        report.waiting,
-        report.kept,
-        report.records,
-        "; full pass" if report.full_pass else "",
-    )
+    context.log.info(report.describe())
     return dg.Output(
         None,
         metadata={

@@ -79,6 +79,24 @@ class CleanupReport:
     bad_records: list[str] = dataclasses.field(default_factory=list)
     full_pass: bool = False
 
+    def describe(self) -> str:
+        """One line for people (the CLI, the job's log): what was deleted, what waits, and
+        which records could not be read, with what to do."""
+        attempts = len({attempt for attempt, _ in self.deleted_units})
+        text = (
+            f"deleted {self.deleted_objects} files of {len(self.deleted_units)} superseded "
+            f"attempt-hours ({attempts} attempts); {self.waiting} wait for the retention, "
+            f"{self.kept} are named or not yet superseded; {self.records} records done"
+        )
+        if self.full_pass:
+            text += "; full pass"
+        if self.bad_records:
+            text += (
+                f"; {len(self.bad_records)} unreadable superseded records kept, e.g. "
+                f"{self.bad_records[0]}: delete them (the weekly full pass finds their attempts)"
+            )
+        return text
+
     def add(self, other: "CleanupReport") -> "CleanupReport":
         """This report with ``other``'s counts added (a unit deleted by both passes once)."""
         units = self.deleted_units + [u for u in other.deleted_units if u not in self.deleted_units]
