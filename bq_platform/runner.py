@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import functools
 import os
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +30,10 @@ from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.planning import contiguous, lookback_start, plan_day
-from bq_platform.lib.reporting import COUNT_FIELDS, STEP_TOTALS
+from bq_platform.lib.reporting import COUNT_FIELDS
 from bq_platform.lib.retention import clean_staging
 from bq_platform.lib.warehouse.base import Warehouse
+from bq_platform.run_progress import RunProgress
 
 if TYPE_CHECKING:
     from bq_platform.defs.resources import SparkResource
@@ -48,20 +50,6 @@ PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
 CONSOLE_LOGGING = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 # Default: no per-event console lines; the runner prints one line per step (issue 7).
 QUIET_LOGGING = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-#: Metadata shown in a step's progress line, in this order, when the step has it.
-_PROGRESS_FIELDS = (
-    ("hours", "hours"),
-    ("source_lines", "source lines"),
-    ("pageviews", "pageviews"),
-    ("rejected", "rejected"),
-    ("out_of_window", "out of window"),
-    ("duplicates", "duplicates"),
-    ("rows", "rows"),
-    ("jobs_submitted", "jobs submitted"),
-    ("jobs_skipped", "skipped"),
-    ("job_action", "job"),
-    ("seconds", "s"),
-)
 
 
 @dataclasses.dataclass
@@ -209,8 +197,11 @@ class PipelineRunner:
         """The hourly job over ``hours`` (consecutive), in process; its result."""
         first, last = hour_label(hours[0]), hour_label(hours[-1])
         self.echo(f"{label}: building hours {first} .. {last}")
+        instance = self.instance or dg.DagsterInstance.get()
+        progress = self._progress(instance, label)
         hourly = self.definitions.resolve_job_def(HOURLY_JOB).execute_in_process(
-            instance=self.instance or dg.DagsterInstance.get(),
+            instance=instance,
+            run_id=progress.run_id,
             tags={
                 "dagster/asset_partition_range_start": first,
                 "dagster/asset_partition_range_end": last,
@@ -219,7 +210,7 @@ class PipelineRunner:
             run_config=self._logging(),
             raise_on_error=False,
         )
-        self._echo_steps(label, hourly)
+        self._echo_steps(progress, hourly)
         return hourly
 
     def _publish(
@@ -231,8 +222,11 @@ class PipelineRunner:
             "allow_incomplete_hours": allow_incomplete,
             "allow_rejected_share": allow_rejected,
         }
+        instance = self.instance or dg.DagsterInstance.get()
+        progress = self._progress(instance, str(day))
         daily = self.definitions.resolve_job_def(DAILY_JOB).execute_in_process(
-            instance=self.instance or dg.DagsterInstance.get(),
+            instance=instance,
+            run_id=progress.run_id,
             partition_key=day.isoformat(),
             run_config={
                 **self._logging(),
@@ -242,7 +236,7 @@ class PipelineRunner:
             raise_on_error=False,
         )
         self._record_checks(daily, day)
-        self._echo_steps(str(day), daily)
+        self._echo_steps(progress, daily)
         if not daily.success:
             self.echo(f"{day}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
             return False
@@ -275,22 +269,17 @@ class PipelineRunner:
     def _logging(self) -> dict[str, Any]:
         return CONSOLE_LOGGING if self.verbose else QUIET_LOGGING
 
-    def _echo_steps(self, label: str, result: Any) -> None:
-        """One line per materialized asset of ``result`` (not per partition): its counts."""
-        if self.verbose:
-            return
-        shown = set()
-        for event in result.all_events:
-            if not event.is_step_materialization:
-                continue
-            materialization = event.step_materialization_data.materialization
-            if materialization.asset_key in shown:
-                continue  # one line per asset: a range step's totals are on each partition
-            shown.add(materialization.asset_key)
-            metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
-            metadata = metadata.get(STEP_TOTALS) or metadata  # hourly: the step's totals
-            name = materialization.asset_key.to_user_string()
-            self.echo(f"{label}:   {name}: {_progress(metadata)}")
+    def _progress(self, instance: dg.DagsterInstance, label: str) -> RunProgress:
+        """The progress printer of the next run (a new run ID), started unless ``verbose``
+        (Dagster's console log then shows everything)."""
+        progress = RunProgress(instance, str(uuid.uuid4()), label, self.echo)
+        return progress if self.verbose else progress.start()
+
+    def _echo_steps(self, progress: RunProgress, result: Any) -> None:
+        """One line per materialized asset of ``result`` (not per partition), with its counts:
+        the ones :class:`RunProgress` has not printed while the run ran."""
+        if not self.verbose:
+            progress.done(result)
 
     def _record_checks(self, result: Any, default: dt.date | None = None) -> None:
         """Keep the run's check results per UTC day of their partition (``check_results``);
@@ -353,22 +342,6 @@ class PipelineRunner:
                 verdict = f"FAILED ({failed} of {len(results)})" if failed else "passed"
                 times = f" x{len(results)}" if len(results) > 1 and not failed else ""
                 self.echo(f"{'':<10} check {asset}:{check}: {verdict}{times}")
-
-
-def _progress(metadata: dict[str, Any]) -> str:
-    """``'24 hours, 33,996 source lines, ...'`` from a materialization's metadata."""
-    parts = []
-    for key, label in _PROGRESS_FIELDS:
-        value = metadata.get(key)
-        if value is None:
-            continue
-        if key == "job_action":
-            parts.append(f"job {value}")
-        elif key == "seconds":
-            parts.append(f"{value} s")
-        elif isinstance(value, int):
-            parts.append(f"{value:,} {label}")
-    return ", ".join(parts)
 
 
 def batches(

@@ -182,16 +182,15 @@ def build_hours(
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
     chunks = passes(kept, lines_per_pass)
     for number, chunk in enumerate(chunks, 1):
-        if len(chunks) > 1:
-            log.info(
-                "pass %d/%d: hours %s .. %s, %d files, %d lines",
-                number,
-                len(chunks),
-                layout.hour_label(chunk[0].hour),
-                layout.hour_label(chunk[-1].hour),
-                len(chunk),
-                sum(m.lines for m in chunk),
-            )
+        log.info(  # reporting.PASS_PROGRESS: bq-platform run prints it as it comes
+            "pass %d/%d: hours %s .. %s, %s landed files, %s lines",
+            number,
+            len(chunks),
+            layout.hour_label(chunk[0].hour),
+            layout.hour_label(chunk[-1].hour),
+            f"{len(chunk):,}",
+            f"{sum(m.lines for m in chunk):,}",
+        )
         try:
             _run_spark(
                 spark,

@@ -1,5 +1,6 @@
 """Summaries of accounting counts for logs, Dagster metadata and the CLI."""
 
+import re
 from collections.abc import Iterable
 
 from bq_platform.lib.accounting import SiteHourCounts
@@ -19,6 +20,12 @@ STEP_TOTALS = "step_totals"
 """Materialization metadata key of a range step's totals (JSON: hours, rows, jobs, seconds...),
 the same on each hour's materialization; the hour's own numbers are its other keys
 (``bq_platform.defs.metadata.partition_results``)."""
+
+
+PASS_PROGRESS = re.compile(r"^pass \d+/\d+: ")
+"""The log line each Spark pass of the build starts with (``pass 2/9: hours ...``,
+``bq_platform.lib.build``): ``bq-platform run`` prints these as they come
+(``bq_platform.run_progress``), the only progress of a long build in its quiet output."""
 
 
 def totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:

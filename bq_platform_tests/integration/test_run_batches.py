@@ -71,3 +71,31 @@ def test_a_failed_batch_is_built_day_by_day(local_env, access_logs):
     failures = [line for line in lines if "FAILED" in line]
     assert len(failures) == 2 and all(bad.manifest.data_key in line for line in failures)
     assert "building day by day" in failures[0]
+
+
+def test_the_quiet_output_shows_the_build_while_it_runs(local_env, access_logs):
+    """Issue 9's 16x build is minutes of Spark: the pass line comes as the pass starts, and
+    each step's line as the step finishes, not once the run returned (run_progress.py)."""
+    (path,) = (access_logs / EPA).glob("*.gz")
+    land_file(local_env.store, EPA, path)
+    seen: list[tuple[str, dg.DagsterRunStatus | None]] = []
+
+    def echo(line: str) -> None:  # each line with the hourly run's status when it was printed
+        runs = _runs(local_env, HOURLY_JOB)
+        seen.append((line, runs[-1].status if runs else None))
+
+    runner = PipelineRunner.from_environment("local", echo=echo, instance=local_env.instance)
+    assert runner.run()
+
+    lines = [line for line, _ in seen]
+    label = "1995-08-30..1995-08-31"
+    start = lines.index(f"{label}: building hours 1995-08-30T00 .. 1995-08-31T23")
+    (passed,) = [i for i, line in enumerate(lines) if line.startswith(f"{label}:   pass ")]
+    pass_line = "pass 1/1: hours 1995-08-30T03 .. 1995-08-31T03, 25 landed files, 47,748 lines"
+    assert lines[passed] == f"{label}:   {pass_line}"
+    (built,) = [i for i, line in enumerate(lines) if "lake/pageview_files:" in line]
+    assert start < passed < built
+    assert "47,748 source lines, 18,957 pageviews" in lines[built]
+    assert seen[passed][1] == dg.DagsterRunStatus.STARTED  # printed during the run
+    for asset in ("warehouse/pageviews_stage:", "warehouse/pageviews:"):  # once per run
+        assert sum(asset in line for line in lines) == {"warehouse/pageviews:": 2}.get(asset, 1)
