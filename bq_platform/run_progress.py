@@ -77,10 +77,12 @@ class RunProgress:
     label: str
     echo: Callable[[str], Any]
     poll_seconds: float = POLL_SECONDS
-    _shown: set[dg.AssetKey] = dataclasses.field(default_factory=set)
-    _cursor: str | None = None
-    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _shown: set[dg.AssetKey] = dataclasses.field(default_factory=set, init=False, repr=False)
+    _cursor: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _stop: threading.Event = dataclasses.field(
+        default_factory=threading.Event, init=False, repr=False
+    )
+    _thread: threading.Thread | None = dataclasses.field(default=None, init=False, repr=False)
 
     def start(self) -> "RunProgress":
         """Start polling on a daemon thread; returns self."""
