@@ -51,10 +51,9 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
     import google.auth.transport.requests
 
     from bq_platform.defs.resources import build_resources, local_home
-    from bq_platform.lib.landing_index import scan_landing
     from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
     from bq_platform.lib.objectstore.local import LocalObjectStore
-    from bq_platform.lib.planning import lookback_start
+    from bq_platform.lib.planning import scan_window
     from bq_platform.lib.publish_plan import build_plan, describe
     from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
     from bq_platform.lib.warehouse.bigquery_client import bigquery_client
@@ -94,8 +93,7 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
             parse_hour_label(start), parse_hour_label(end) + dt.timedelta(hours=1)
         )
     else:  # the days the automation would plan (BQ_PLATFORM_LOOKBACK_DAYS)
-        since = lookback_start(dt.datetime.now(dt.UTC), pipeline.lookback_days)
-        hours = [h for d in scan_landing(store, since=since).days() for h in day_hours(d)]
+        hours = [h for d in scan_window(store, pipeline.lookback_days).days() for h in day_hours(d)]
     result = build_plan(
         warehouse,
         store,

@@ -26,10 +26,9 @@ import dagster as dg
 from bq_platform.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.lib.accounting import row_balanced
 from bq_platform.lib.hours import day_hours, hour_label, partition_day
-from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.planning import contiguous, lookback_start, plan_day
+from bq_platform.lib.planning import contiguous, plan_day, scan_window
 from bq_platform.lib.reporting import COUNT_FIELDS
 from bq_platform.lib.retention import clean_staging
 from bq_platform.lib.warehouse.base import Warehouse
@@ -113,16 +112,9 @@ class PipelineRunner:
         """The definitions :attr:`load_definitions` gives, loaded on first use."""
         return self.load_definitions()
 
-    def since(self) -> dt.date | None:
-        """The first day of the lookback window (:attr:`lookback_days`), None without one."""
-        return lookback_start(dt.datetime.now(dt.UTC), self.lookback_days)
-
-    def index(self) -> LandingIndex:
-        """The landing zone, or its days in the lookback window."""
-        return scan_landing(self.store, since=self.since())
-
     def all_days(self) -> list[dt.date]:
-        return self.index().days()
+        """The landed days it plans: all, or those of the lookback window."""
+        return scan_window(self.store, self.lookback_days).days()
 
     def run(
         self,
@@ -137,10 +129,11 @@ class PipelineRunner:
         and ``allow_rejected_share`` config (the operator's decision, for this run only).
         """
         if hours is None:
-            since = self.since()
-            if since is not None:
-                self.echo(f"planning the landed days from {since} on (BQ_PLATFORM_LOOKBACK_DAYS)")
-            index = scan_landing(self.store, since=since)
+            index = scan_window(self.store, self.lookback_days)
+            if index.since is not None:
+                self.echo(
+                    f"planning the landed days from {index.since} on (BQ_PLATFORM_LOOKBACK_DAYS)"
+                )
             days = self.landed_days = index.days()
             if not days:
                 self.echo(index.empty_reason())

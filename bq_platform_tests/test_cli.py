@@ -125,11 +125,11 @@ def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monk
     log.write_bytes(b'a - - [01/Aug/1995:04:00:01 +0000] "GET / HTTP/1.0" 200 1\n' * 3)
     land_file(LocalObjectStore(tmp_path / "lake"), "s", log)
     scans: list[int] = []
-    real_scan = runner_module.scan_landing
+    real_scan = runner_module.scan_window
     monkeypatch.setattr(
         runner_module,
-        "scan_landing",
-        lambda store, since: scans.append(1) or real_scan(store, since),
+        "scan_window",
+        lambda store, lookback_days: scans.append(1) or real_scan(store, lookback_days),
     )
     summaries: list[list] = []
     monkeypatch.setattr(PipelineRunner, "_run_batch", lambda self, batch, *_: True)

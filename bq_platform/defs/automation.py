@@ -31,8 +31,7 @@ import dagster as dg
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.lib.hours import hour_label, partition_day
-from bq_platform.lib.landing_index import scan_landing
-from bq_platform.lib.planning import AutomationPlan, lookback_start, plan_automation
+from bq_platform.lib.planning import AutomationPlan, plan_automation, scan_window
 
 HOURLY_SELECTION = dg.AssetSelection.assets(
     ["lake", "pageview_files"],
@@ -142,7 +141,7 @@ def pageviews_automation_sensor(
     try:
         now = dt.datetime.now(dt.UTC)
         plan = plan_automation(
-            scan_landing(store, since=lookback_start(now, settings.lookback_days)),
+            scan_window(store, settings.lookback_days, now),
             store,
             wh,
             settings.visitor_key,

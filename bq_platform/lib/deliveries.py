@@ -209,8 +209,8 @@ def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
     digest = hashlib.sha256(data).hexdigest()
     if digest != manifest.sha256:
         return f"{where}: SHA-256 is {digest}, the manifest says {manifest.sha256}"
-    if manifest.crc32c and crc32c(data) != manifest.crc32c:
-        return f"{where}: CRC32C is {crc32c(data)}, the manifest says {manifest.crc32c}"
+    if manifest.crc32c and (computed := crc32c(data)) != manifest.crc32c:
+        return f"{where}: CRC32C is {computed}, the manifest says {manifest.crc32c}"
     if manifest.bytes and not data.startswith(GZIP_MAGIC):
         return f"{where}: not a gzip file"
     return None

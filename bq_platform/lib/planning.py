@@ -27,7 +27,7 @@ from bq_platform.lib.jobids import (
     input_fingerprint,
     sha256_json,
 )
-from bq_platform.lib.landing_index import LandingIndex
+from bq_platform.lib.landing_index import LandingIndex, scan_landing
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
@@ -96,6 +96,21 @@ def lookback_start(now: dt.datetime, lookback_days: int) -> dt.date | None:
     if not lookback_days:
         return None
     return now.astimezone(dt.UTC).date() - dt.timedelta(days=lookback_days)
+
+
+def scan_window(
+    store: ObjectStore, lookback_days: int, now: dt.datetime | None = None
+) -> LandingIndex:
+    """The landing zone the automation plans: its days from :func:`lookback_start` on (all of
+    them for ``lookback_days`` 0), as :func:`~bq_platform.lib.landing_index.scan_landing`
+    reads them; the index's ``since`` says which window it was.
+
+    Raises:
+        ValueError: if ``lookback_days`` is negative or ``now`` naive.
+        ManifestError, ObjectNotFoundError, LandingError: as ``scan_landing``.
+    """
+    since = lookback_start(now or dt.datetime.now(dt.UTC), lookback_days)
+    return scan_landing(store, since=since)
 
 
 def expected_hour_fingerprint(index: LandingIndex, hour: dt.datetime, visitor_key: str) -> str:

@@ -38,10 +38,10 @@ import logging
 from collections.abc import Sequence
 
 from bq_platform.lib import layout
-from bq_platform.lib.manifest import HourManifest, ManifestError
+from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore, side_by_side
-from bq_platform.lib.superseded import Unit, read_records, record_folder
+from bq_platform.lib.superseded import Unit, named_attempts, read_records, record_folder
 
 #: How long a superseded attempt is kept after it is known superseded (issue 7: "a short
 #: retention"). Longer than any build or load: a local day takes minutes, a cluster hour less.
@@ -98,11 +98,11 @@ class CleanupReport:
         return text
 
     def add(self, other: "CleanupReport") -> "CleanupReport":
-        """This report with ``other``'s counts added (a unit deleted by both passes once)."""
-        units = self.deleted_units + [u for u in other.deleted_units if u not in self.deleted_units]
+        """This report with ``other``'s counts added (the passes never see the same unit: a
+        deleted unit's folders are gone, and the full pass skips what a record waits for)."""
         return CleanupReport(
             deleted_objects=self.deleted_objects + other.deleted_objects,
-            deleted_units=units,
+            deleted_units=self.deleted_units + other.deleted_units,
             waiting=self.waiting + other.waiting,
             kept=self.kept + other.kept,
             records=self.records + other.records,
@@ -208,7 +208,7 @@ def _record_pass(
     gone = []
     for attempt_id, label in units:
         current = manifests[hours[label]]
-        if current is None or names_attempt(current, attempt_id):
+        if current is None or attempt_id in named_attempts(current):
             report.kept += 1
         else:
             gone.append((attempt_id, label))
@@ -242,18 +242,6 @@ def attempt_hours(store: ObjectStore, attempt_id: str) -> list[dt.datetime]:
         + store.list_folders(layout.deadletter_attempt_prefix(attempt_id))
     )
     return sorted({h for h in map(layout.parse_hour_folder, folders) if h is not None})
-
-
-def names_attempt(manifest: HourManifest, attempt_id: str) -> bool:
-    """True if ``manifest`` is the attempt's or names any file under the attempt's prefixes."""
-    if manifest.attempt_id == attempt_id:
-        return True
-    prefixes = (
-        layout.attempt_prefix(attempt_id) + "/",
-        layout.deadletter_attempt_prefix(attempt_id) + "/",
-    )
-    files = manifest.full_files + manifest.sample_files + manifest.deadletter_files
-    return any(key.startswith(prefixes) for key in files)
 
 
 def clean_attempts(
@@ -312,7 +300,7 @@ def _full_pass(
             current = manifests[hour]
             if (attempt_id, layout.hour_label(hour)) in skip:
                 continue  # a record waits for it (record pass)
-            if current is None or names_attempt(current, attempt_id):
+            if current is None or attempt_id in named_attempts(current):
                 report.kept += 1
                 continue
             unit = f"{attempt_id}/{layout.hour_label(hour)}"

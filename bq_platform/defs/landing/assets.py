@@ -1,13 +1,10 @@
 """The landing zone as an observable source: landed logs per UTC hour, with source counts."""
 
-import datetime as dt
-
 import dagster as dg
 
 from bq_platform.defs.partitions import hourly_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings
-from bq_platform.lib.landing_index import scan_landing
-from bq_platform.lib.planning import lookback_start
+from bq_platform.lib.planning import scan_window
 
 
 @dg.observable_source_asset(
@@ -30,8 +27,7 @@ def pageview_logs(
     object_store: ObjectStoreResource,
     settings: PipelineSettings,
 ) -> dg.DataVersionsByPartition:
-    since = lookback_start(dt.datetime.now(dt.UTC), settings.lookback_days)
-    index = scan_landing(object_store.get_store(), since=since)
+    index = scan_window(object_store.get_store(), settings.lookback_days)
     for hour in index.hours():
         context.log.debug(
             "%s: %d files, %d source lines", hour.partition_key, hour.files, hour.source_lines
