@@ -6,9 +6,9 @@ schema (``table secondary_indexes already exists``), and the loser left two alem
 (``Version table 'alembic_version' has more than one head present``) that broke every later
 run (issue 7). So:
 
-- :func:`ensure_dagster_home` writes ``dagster.yaml`` (:data:`DAGSTER_YAML`) when missing, and
-  appends the blocks an older file lacks (run monitoring, run queue and pool limits), never
-  changing a key the operator set;
+- :func:`ensure_dagster_yaml` writes ``dagster.yaml`` (:func:`dagster_yaml`) when missing, and
+  appends the blocks an older file lacks (run monitoring, run queue and pool limits, the
+  batched event log of :mod:`bq_platform.event_log`), never changing a key the operator set;
 - :func:`run_lock` is an exclusive ``fcntl.flock`` on ``$DAGSTER_HOME/bq_platform.run.lock``:
   ``bq-platform run`` holds it for its whole run, so the instance is created and migrated by one
   process only, and a second ``run`` *waits* for the first (bounded, with a message) instead of
@@ -20,6 +20,7 @@ run (issue 7). So:
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import time
@@ -73,9 +74,22 @@ concurrency:
 """,
 }
 
-DAGSTER_YAML = (
+#: The event log block (:mod:`bq_platform.event_log`): Dagster's SQLite event log, in the files
+#: of Dagster's default (``<home>/history/runs``, ``dagster/_core/instance/ref.py``), writing a
+#: batch of asset events at once.
+EVENT_LOG_BLOCK = """\
+# Dagster's SQLite event log, writing a run's planned events and a step's per-hour
+# materializations in one transaction instead of one per event (bq_platform/event_log.py).
+# Moving this folder: delete this block, and bq-platform writes it again with the new path.
+event_log_storage:
+  module: bq_platform.event_log
+  class: BatchedSqliteEventLogStorage
+  config:
+    base_dir: {base_dir}
+"""
+_HEADER = (
     "# Local Dagster instance of bq_platform (written by bq-platform; edit freely: a block you\n"
-    "# remove is added back, a value you change is kept).\n" + "".join(INSTANCE_BLOCKS.values())
+    "# remove is added back, a value you change is kept).\n"
 )
 #: Top-level keys that make our ``concurrency.runs`` block invalid (dagster refuses both).
 _RUN_QUEUE_CONFLICTS = ("run_queue", "run_coordinator")
@@ -89,12 +103,26 @@ def dagster_home(default: Path) -> Path:
     return home
 
 
+def instance_blocks(home: Path) -> dict[str, str]:
+    """The top-level blocks of the local instance in ``home``, by key: :data:`INSTANCE_BLOCKS`
+    and the ``event_log_storage`` block (:data:`EVENT_LOG_BLOCK`, with ``home``'s path)."""
+    base_dir = json.dumps(str(Path(home).resolve() / "history" / "runs"))  # a YAML string too
+    return {**INSTANCE_BLOCKS, "event_log_storage": EVENT_LOG_BLOCK.format(base_dir=base_dir)}
+
+
+def dagster_yaml(home: Path) -> str:
+    """The whole ``dagster.yaml`` of a new local instance in ``home``."""
+    return _HEADER + "".join(instance_blocks(home).values())
+
+
 def ensure_dagster_yaml(home: Path) -> list[str]:
-    """Write ``home/dagster.yaml``, or add the :data:`INSTANCE_BLOCKS` it lacks.
+    """Write ``home/dagster.yaml``, or add the blocks of :func:`instance_blocks` it lacks.
 
     Existing keys are never changed; blocks are appended as text, so comments survive. The
     ``concurrency`` block is left out when the file configures ``run_queue`` or
-    ``run_coordinator`` (dagster refuses ``concurrency.runs`` next to them).
+    ``run_coordinator`` (dagster refuses ``concurrency.runs`` next to them), and the
+    ``event_log_storage`` block when it configures ``storage`` (dagster refuses both; e.g. a
+    deployment's Postgres, which batches on its own).
 
     Returns:
         The top-level keys added (empty when the file already had them all).
@@ -103,9 +131,10 @@ def ensure_dagster_yaml(home: Path) -> list[str]:
         ValueError: if the existing file is not a YAML mapping (names the file).
     """
     config = home / "dagster.yaml"
+    blocks = instance_blocks(home)
     if not config.exists():
-        _write(config, DAGSTER_YAML)
-        return list(INSTANCE_BLOCKS)
+        _write(config, dagster_yaml(home))
+        return list(blocks)
     text = config.read_text()
     try:
         current = yaml.safe_load(text) or {}
@@ -113,15 +142,15 @@ def ensure_dagster_yaml(home: Path) -> list[str]:
         raise ValueError(f"{config}: not valid YAML ({exc}); fix or delete it") from exc
     if not isinstance(current, dict):
         raise ValueError(f"{config}: expected a YAML mapping of instance settings")
+    conflicts = {"concurrency": _RUN_QUEUE_CONFLICTS, "event_log_storage": ("storage",)}
     added = [
         key
-        for key in INSTANCE_BLOCKS
-        if key not in current
-        and not (key == "concurrency" and any(k in current for k in _RUN_QUEUE_CONFLICTS))
+        for key in blocks
+        if key not in current and not any(k in current for k in conflicts.get(key, ()))
     ]
     if added:
-        blocks = "".join(INSTANCE_BLOCKS[key] for key in added)
-        _write(config, text.rstrip("\n") + "\n\n# Added by bq-platform:\n" + blocks)
+        text_added = "".join(blocks[key] for key in added)
+        _write(config, text.rstrip("\n") + "\n\n# Added by bq-platform:\n" + text_added)
         log.info("%s: added %s", config, ", ".join(added))
     return added
 

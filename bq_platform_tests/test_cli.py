@@ -2,11 +2,13 @@
 
 import gzip
 import json
+import sys
 
 import dagster as dg
 import pytest
 from click.testing import CliRunner
 
+import bq_platform.cli as cli_module
 import bq_platform.runner as runner_module
 from bq_platform.cli import main
 from bq_platform.defs.resources import SparkResource
@@ -171,3 +173,23 @@ def test_land_tree_prints_one_line_per_site_in_order_and_one_message_per_failure
     assert failed.output.count("broken.log.gz") == 1, failed.output
     assert "Traceback" not in failed.output
     assert failed.output.splitlines()[0].startswith("a.example: 1 files, 0 new lines")
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "says"),
+    [(["--help"], 0, "Usage: bq-platform"), (["no-such-command"], 2, "No such command")],
+)
+def test_the_console_script_keeps_the_status_and_freezes_the_collector_last(
+    monkeypatch, capsys, argv, status, says
+):
+    events = []
+    monkeypatch.setattr(cli_module.gc, "freeze", lambda: events.append("freeze"))
+    monkeypatch.setattr(sys, "argv", ["bq-platform", *argv])
+
+    with pytest.raises(SystemExit) as exited:
+        cli_module.console_main()
+
+    assert exited.value.code == status
+    assert events == ["freeze"]  # after the command, on success and on a usage error alike
+    printed = capsys.readouterr()
+    assert says in printed.out + printed.err

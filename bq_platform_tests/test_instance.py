@@ -13,16 +13,17 @@ import pytest
 import yaml
 from dagster._core.test_utils import create_run_for_test
 
+from bq_platform.event_log import BatchedSqliteEventLogStorage
 from bq_platform.instance import (
     CLI_TRIGGER,
-    DAGSTER_YAML,
-    INSTANCE_BLOCKS,
     PID_TAG,
     RUN_LOCK_NAME,
     TRIGGER_TAG,
     RunLockTimeout,
+    dagster_yaml,
     ensure_dagster_yaml,
     fail_dead_runs,
+    instance_blocks,
     run_lock,
 )
 
@@ -32,10 +33,11 @@ def open_instance(home: Path) -> dg.DagsterInstance:
 
 
 def test_fresh_config_enables_run_monitoring_and_limits_runs_and_pools(tmp_path):
-    assert ensure_dagster_yaml(tmp_path) == list(INSTANCE_BLOCKS)
-    assert (tmp_path / "dagster.yaml").read_text() == DAGSTER_YAML
+    assert ensure_dagster_yaml(tmp_path) == list(instance_blocks(tmp_path))
+    assert (tmp_path / "dagster.yaml").read_text() == dagster_yaml(tmp_path)
 
     with open_instance(tmp_path) as instance:
+        assert type(instance.event_log_storage) is BatchedSqliteEventLogStorage
         assert instance.run_monitoring_enabled
         assert instance.run_monitoring_max_runtime_seconds == 21600
         config = instance.get_concurrency_config()
@@ -47,7 +49,7 @@ def test_existing_config_gets_missing_blocks_and_keeps_its_own_values(tmp_path):
     config = tmp_path / "dagster.yaml"
     config.write_text("# mine\ntelemetry:\n  enabled: true\n")
 
-    assert ensure_dagster_yaml(tmp_path) == ["run_monitoring", "concurrency"]
+    assert ensure_dagster_yaml(tmp_path) == ["run_monitoring", "concurrency", "event_log_storage"]
     assert ensure_dagster_yaml(tmp_path) == []  # idempotent
 
     text = config.read_text()
@@ -66,6 +68,26 @@ def test_run_queue_config_is_not_contradicted(tmp_path):
 
     with open_instance(tmp_path) as instance:  # dagster refuses run_queue + concurrency.runs
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 3
+
+
+def test_a_storage_config_keeps_its_own_event_log(tmp_path):
+    runs = tmp_path / "mine"
+    (tmp_path / "dagster.yaml").write_text(f"storage:\n  sqlite:\n    base_dir: {runs}\n")
+
+    assert "event_log_storage" not in ensure_dagster_yaml(tmp_path)
+
+    with open_instance(tmp_path) as instance:  # dagster refuses storage + event_log_storage
+        assert type(instance.event_log_storage) is not BatchedSqliteEventLogStorage
+
+
+def test_an_older_instance_keeps_its_event_log_files(tmp_path):
+    with open_instance(tmp_path) as instance:  # no dagster.yaml: Dagster's defaults
+        instance.report_runless_asset_event(dg.AssetMaterialization("old"))
+    ensure_dagster_yaml(tmp_path)  # an upgrade adds the batched event log, same files
+
+    with open_instance(tmp_path) as instance:
+        assert type(instance.event_log_storage) is BatchedSqliteEventLogStorage
+        assert instance.get_latest_materialization_event(dg.AssetKey("old")) is not None
 
 
 def test_broken_config_is_named(tmp_path):

@@ -1,0 +1,199 @@
+"""The batched SQLite event log: what Dagster reads back is what its own SQLite log gives, and a
+run's planned events and a step's per-partition materializations are written as batches."""
+
+import datetime as dt
+import os
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.events import DagsterEventType, StepMaterializationData
+
+from bq_platform.defs.check_events import PartitionCheck, report
+from bq_platform.event_log import BATCH_SIZE_ENV, BatchedSqliteEventLogStorage
+from bq_platform.instance import ensure_dagster_yaml
+
+HOURS = dg.HourlyPartitionsDefinition(start_date="2026-01-01-00:00")
+RANGE = ("2026-01-01-00:00", "2026-01-01-05:00")  # 6 hours, one run
+PLAIN_EVENT_LOG = """\
+event_log_storage:
+  module: dagster._core.storage.event_log
+  class: SqliteEventLogStorage
+  config:
+    base_dir: {base_dir}
+"""
+
+
+def hourly_job(fail: bool = False) -> dg.JobDefinition:
+    """Two hourly assets over a range of hours in one run (like the hourly job), the second with
+    a partitioned asset check; ``fail``: the second raises."""
+
+    @dg.asset(partitions_def=HOURS, backfill_policy=dg.BackfillPolicy.single_run())
+    def first(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        for key in context.partition_keys:
+            context.add_asset_metadata({"hour": key}, partition_key=key)
+        return dg.MaterializeResult(
+            metadata={"hours": len(context.partition_keys)}, data_version=dg.DataVersion("v1")
+        )
+
+    @dg.asset(
+        partitions_def=HOURS,
+        deps=[first],
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        check_specs=[dg.AssetCheckSpec("complete", asset="second", partitions_def=HOURS)],
+    )
+    def second(context: dg.AssetExecutionContext):
+        if fail:
+            raise RuntimeError("hour failed")
+        checks = [
+            PartitionCheck("complete", key, passed=key != RANGE[1], description=key)
+            for key in context.partition_keys
+        ]
+        return report(context, dg.MaterializeResult(), checks)
+
+    defs = dg.Definitions(assets=[first, second], jobs=[dg.define_asset_job("hourly", "*")])
+    return defs.resolve_job_def("hourly")
+
+
+def run_range(instance: dg.DagsterInstance, fail: bool = False) -> dg.ExecuteInProcessResult:
+    return hourly_job(fail).execute_in_process(
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": RANGE[0],
+            "dagster/asset_partition_range_end": RANGE[1],
+        },
+        raise_on_error=False,
+    )
+
+
+def instance_in(home: Path, plain: bool) -> dg.DagsterInstance:
+    home.mkdir()
+    if plain:  # Dagster's own SQLite event log, in the same place
+        (home / "dagster.yaml").write_text(
+            PLAIN_EVENT_LOG.format(base_dir=home / "history" / "runs")
+        )
+    ensure_dagster_yaml(home)
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def what_dagster_reads(instance: dg.DagsterInstance, run_id: str) -> dict:
+    """Everything the UI shows of the run and its assets, without IDs and timestamps."""
+    keys = HOURS.get_partition_keys_in_range(dg.PartitionKeyRange(*RANGE))
+    out: dict = {
+        "log": [
+            (e.dagster_event_type, e.step_key, e.dagster_event and e.dagster_event.partition)
+            for e in instance.all_logs(run_id)
+        ]
+    }
+    for name in ("first", "second"):
+        key = dg.AssetKey(name)
+        records = instance.fetch_materializations(key, limit=100).records
+        (entry,) = [r.asset_entry for r in instance.get_asset_records([key])]
+        last = entry.last_materialization
+        out[name] = {
+            "last": (last.dagster_event.partition if last else None, entry.last_run_id == run_id),
+            # indexed tags: the data version (second's is derived from storage IDs, so not here)
+            "tags": instance.event_log_storage.get_event_tags_for_asset(key)
+            if name == "first"
+            else None,
+            "materialized": sorted(instance.get_materialized_partitions(key)),
+            "status": instance.get_status_by_partition(key, keys, HOURS),
+            "records": sorted(
+                (r.partition_key, dict(r.asset_materialization.metadata)) for r in records
+            ),
+            "planned": sorted(
+                r.partition_key
+                for r in instance.fetch_planned_materializations(key, limit=100).records
+            ),
+        }
+    check = dg.AssetCheckKey(dg.AssetKey("second"), "complete")
+    history = instance.event_log_storage.get_asset_check_execution_history(check, limit=100)
+    out["checks"] = sorted((r.partition, r.status.value) for r in history)
+    return out
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["succeeds", "fails"])
+def test_what_dagster_reads_back_is_what_its_own_sqlite_log_gives(tmp_path, monkeypatch, fail):
+    monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)
+    batched = instance_in(tmp_path / "batched", plain=False)  # sets DAGSTER_EVENT_BATCH_SIZE
+    plain = instance_in(tmp_path / "plain", plain=True)
+    assert type(batched.event_log_storage) is BatchedSqliteEventLogStorage
+    assert type(plain.event_log_storage) is not BatchedSqliteEventLogStorage
+    stored_one_by_one: Counter = Counter()
+    one_by_one = BatchedSqliteEventLogStorage.store_event
+
+    def store_event(self, event):
+        stored_one_by_one[event.dagster_event_type] += 1
+        return one_by_one(self, event)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "store_event", store_event)
+
+    results = run_range(batched, fail), run_range(plain, fail)
+
+    assert [r.success for r in results] == [not fail, not fail]
+    seen = [what_dagster_reads(i, r.run_id) for i, r in zip((batched, plain), results, strict=True)]
+    assert seen[0] == seen[1]
+    second = seen[0]["second"]
+    if fail:  # one planned event per hour, so a failed run marks each hour failed
+        assert set(second["status"].values()) == {dg.AssetPartitionStatus.FAILED}
+        assert seen[0]["first"]["materialized"] == [f"2026-01-01-0{h}:00" for h in range(6)]
+    else:
+        assert second["materialized"] == [f"2026-01-01-0{h}:00" for h in range(6)]
+        assert ("2026-01-01-05:00", "FAILED") in seen[0]["checks"]
+        assert len(seen[0]["first"]["records"]) == 6
+        assert seen[0]["first"]["last"] == ("2026-01-01-05:00", True)
+    assert seen[0]["first"]["tags"] == [{"dagster/data_version": "v1"}] * 6
+    assert len(second["planned"]) == 6
+    # The planned events and the per-hour materializations took the batched path.
+    assert stored_one_by_one[DagsterEventType.ASSET_MATERIALIZATION_PLANNED] == 0
+    assert stored_one_by_one[DagsterEventType.ASSET_MATERIALIZATION] == 0
+    assert stored_one_by_one[DagsterEventType.STEP_START] >= 1  # the rest: one by one
+
+
+def test_a_batch_is_two_transactions_whatever_its_length(tmp_path, monkeypatch):
+    monkeypatch.setenv(BATCH_SIZE_ENV, "1000")
+    instance = instance_in(tmp_path / "home", plain=False)
+    storage = instance.event_log_storage
+    connections: list[str] = []
+    connect = BatchedSqliteEventLogStorage._connect
+
+    def counting(self, shard):
+        connections.append(shard)
+        return connect(self, shard)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_connect", counting)
+    events = [
+        dg.EventLogEntry(
+            error_info=None,
+            level="INFO",
+            user_message="",
+            run_id="run-1",
+            timestamp=dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() + i,
+            dagster_event=dg.DagsterEvent(
+                event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+                job_name="hourly",
+                event_specific_data=StepMaterializationData(
+                    dg.AssetMaterialization("first", partition=key)
+                ),
+            ),
+        )
+        for i, key in enumerate(HOURS.get_partition_keys_in_range(dg.PartitionKeyRange(*RANGE)))
+    ]
+
+    storage.store_event_batch(events)
+
+    assert connections == ["run-1", "index"]
+    assert sorted(instance.get_materialized_partitions(dg.AssetKey("first"))) == [
+        f"2026-01-01-0{h}:00" for h in range(6)
+    ]
+    assert len(storage.get_logs_for_run("run-1")) == 6
+
+
+def test_the_instance_turns_dagsters_batches_on_unless_the_environment_says(tmp_path, monkeypatch):
+    monkeypatch.setenv(BATCH_SIZE_ENV, "7")
+    instance_in(tmp_path / "a", plain=False).event_log_storage  # noqa: B018
+    assert os.environ[BATCH_SIZE_ENV] == "7"
+    monkeypatch.delenv(BATCH_SIZE_ENV)
+    instance_in(tmp_path / "b", plain=False).event_log_storage  # noqa: B018
+    assert os.environ[BATCH_SIZE_ENV] == "1000"
