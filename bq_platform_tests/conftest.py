@@ -11,6 +11,20 @@ SHARED_DATA = Path(os.environ.get("BQ_PLATFORM_SHARED_DATA", REPO_ROOT.parent / 
 ACCESS_LOGS = SHARED_DATA / "access_logs"
 
 
+@pytest.fixture(autouse=True)
+def _event_batch_size_kept() -> Iterator[None]:
+    """Each test ends with the ``DAGSTER_EVENT_BATCH_SIZE`` it started with: opening a local
+    instance sets it (``bq_platform/event_log.py``), which would leak into the next test."""
+    from bq_platform.event_log import BATCH_SIZE_ENV
+
+    before = os.environ.get(BATCH_SIZE_ENV)
+    yield
+    if before is None:
+        os.environ.pop(BATCH_SIZE_ENV, None)
+    else:
+        os.environ[BATCH_SIZE_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def access_logs() -> Path:
     """Folder of the bundled real logs (``<site>/<file>.log.gz``); fails if it is missing."""

@@ -115,7 +115,7 @@ def what_dagster_reads(instance: dg.DagsterInstance, run_id: str) -> dict:
 
 @pytest.mark.parametrize("fail", [False, True], ids=["succeeds", "fails"])
 def test_what_dagster_reads_back_is_what_its_own_sqlite_log_gives(tmp_path, monkeypatch, fail):
-    monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)
+    monkeypatch.delenv(BATCH_SIZE_ENV, raising=False)  # conftest restores what the test changes
     batched = instance_in(tmp_path / "batched", plain=False)  # sets DAGSTER_EVENT_BATCH_SIZE
     plain = instance_in(tmp_path / "plain", plain=True)
     assert type(batched.event_log_storage) is BatchedSqliteEventLogStorage
