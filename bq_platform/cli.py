@@ -338,7 +338,8 @@ def console_main() -> None:
     reference count at shutdown, and files, connections and ``atexit`` handlers close as
     before, but the interpreter's final collections no longer trace the ~350k objects that
     Dagster, DuckDB and PySpark leave: 0.5-0.6 s off every ``bq-platform run`` after its last
-    line (issue 9, docs/PERFORMANCE.md, "The interpreter's exit"). Only the console script
+    line (issue 9, docs/PERFORMANCE.md, "Dagster's asset events in batches, and the interpreter's
+    exit"). Only the console script
     does this; :func:`main` called in a test process (click's ``CliRunner``) leaves the
     collector alone.
     """

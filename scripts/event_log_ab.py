@@ -5,9 +5,8 @@ the instance's ``dagster.yaml`` (variant ``batched``: the one ``bq-platform`` wr
 :class:`bq_platform.event_log.BatchedSqliteEventLogStorage`; variant ``plain``: the same files
 with Dagster's ``SqliteEventLogStorage``), runs ``bq-platform run`` as a subprocess, and prints
 from the instance the hourly run's planned events (its first event to ``RUN_START``), each
-step's seconds, the daily overhead as ``make bench`` counts it (the mean of the days, where
-the bench prints their median), and the wall time. Variants
-alternate, so a machine that slows down hits both.
+step's seconds, the daily overhead as ``make bench`` counts it (median day), and the wall
+time. Variants alternate, so a machine that slows down hits both.
 
 Usage: ``.venv/bin/python scripts/event_log_ab.py LANDING_ZONE [ROUNDS]``, where
 LANDING_ZONE is the ``lake/landing`` folder of a home, e.g. the one ``scripts/benchmark.py
@@ -17,25 +16,22 @@ docs/PERFORMANCE.md, "Dagster's asset events in batches".
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import dagster as dg
-
-from bq_platform.instance import ensure_dagster_yaml
-
 REPO = Path(__file__).resolve().parents[1]
-BUILD_STEP = "pageview_files"
-PLAIN = """\
-event_log_storage:
-  module: dagster._core.storage.event_log
-  class: SqliteEventLogStorage
-  config:
-    base_dir: "{base_dir}"
-"""
+if str(REPO) not in sys.path:  # bq_platform_tests is not installed; it lives in the repo
+    sys.path.insert(0, str(REPO))
+
+import dagster as dg  # noqa: E402
+from benchmark import dagster_days  # noqa: E402
+
+from bq_platform.instance import ensure_dagster_yaml  # noqa: E402
+from bq_platform_tests.test_event_log import PLAIN_EVENT_LOG  # noqa: E402
 
 
 def run_once(landing: Path, variant: str) -> str:
@@ -47,7 +43,7 @@ def run_once(landing: Path, variant: str) -> str:
         dagster_home.mkdir()
         if variant == "plain":  # written first: ensure_dagster_yaml keeps an existing block
             (dagster_home / "dagster.yaml").write_text(
-                PLAIN.format(base_dir=dagster_home / "history" / "runs")
+                PLAIN_EVENT_LOG.format(base_dir=dagster_home / "history" / "runs")
             )
         ensure_dagster_yaml(dagster_home)
         env = {
@@ -71,32 +67,20 @@ def run_once(landing: Path, variant: str) -> str:
 
 
 def figures(dagster_home: Path) -> str:
-    """Planned events, steps and the daily overhead from the instance in ``dagster_home``."""
+    """Planned events, steps and the daily overhead (``make bench``'s ``dagster_days``, median
+    day) from the instance in ``dagster_home``."""
+    steps: dict[str, float] = {}
+    days = dagster_days(dagster_home, steps)
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        steps: dict[str, float] = {}
-        overhead = planned = 0.0
-        days = 0
-        for run in instance.get_runs():
-            stats = instance.get_run_stats(run.run_id)
-            build = 0.0
-            for step in instance.get_run_step_stats(run.run_id):
-                seconds = (step.end_time or 0) - (step.start_time or 0)
-                steps[step.step_key] = steps.get(step.step_key, 0.0) + seconds
-                build += seconds if BUILD_STEP in step.step_key else 0.0
-            overhead += (stats.end_time or 0) - (stats.start_time or 0) - build
-            if run.job_name.endswith("daily_job"):
-                days += 1
-            else:
-                logs = instance.all_logs(run.run_id)
-                start = next(
-                    e for e in logs if e.dagster_event_type == dg.DagsterEventType.RUN_START
-                )
-                planned = start.timestamp - logs[0].timestamp
-        per_step = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items()))
-        return (
-            f"planned events {planned:.2f} s; daily overhead (mean) {overhead / max(days, 1):.2f} "
-            f"s/day; steps (s): {per_step}"
-        )
+        (hourly,) = [r for r in instance.get_runs() if r.job_name.endswith("hourly_job")]
+        logs = instance.all_logs(hourly.run_id)
+    run_start = next(e for e in logs if e.dagster_event_type == dg.DagsterEventType.RUN_START)
+    overhead = statistics.median(d["overhead_s"] for d in days)
+    per_step = ", ".join(f"{k} {v:.2f}" for k, v in sorted(steps.items()))
+    return (
+        f"planned events {run_start.timestamp - logs[0].timestamp:.2f} s; daily overhead "
+        f"{overhead:.2f} s/day; steps (s): {per_step}"
+    )
 
 
 def main() -> None:
