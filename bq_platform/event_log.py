@@ -21,12 +21,30 @@ Building it sets ``DAGSTER_EVENT_BATCH_SIZE`` (unless the environment sets it), 
 process that opens the instance (``bq-platform``, ``dagster dev``, its run workers) batches.
 
 Scope: only batches of one run's ``ASSET_MATERIALIZATION``, ``ASSET_OBSERVATION``,
-``ASSET_MATERIALIZATION_PLANNED`` and ``ASSET_CHECK_EVALUATION_PLANNED`` events take the
-batched path; any other batch is stored event by event, as Dagster's base class does.
+``ASSET_MATERIALIZATION_PLANNED`` and ``ASSET_CHECK_EVALUATION_PLANNED`` events, and the
+check evaluations held back (below), take the batched path; any other batch is stored event by
+event, as Dagster's base class does.
+
+Check evaluations are batched here, not by Dagster: its executor stores every
+``ASSET_CHECK_EVALUATION`` on its own (they are not in ``BATCH_WRITABLE_EVENTS``), and each
+costs three SQLite transactions (the run's log, the index's copy, the check's execution row):
+~8 ms, 288 of them in a 72-hour hourly run of ``bq-platform run`` (a step reports 72-144 at its
+end, one per partition and check; ``defs/check_events.py``). The storage holds a run's
+evaluations back and writes them in one transaction per database as soon as any other event
+is stored (in a step: its ``STEP_SUCCESS`` or ``STEP_FAILURE``, which always follows them),
+when it holds :data:`DEFAULT_BATCH_SIZE` of them, or when the storage is disposed. So the log
+keeps its order and a step never shows success before its checks. What this changes: a reader
+sees a step's evaluations together, at the step's next event, not one by one; a process killed
+in between (``kill -9``) loses them with the step, which then has not succeeded and is run
+again. Measured in docs/PERFORMANCE.md ("Check evaluations in batches, local listings on the
+driver, rejected samples apart").
 """
 
+import contextlib
 import os
+import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from dagster._core.events import DagsterEventType
@@ -48,6 +66,11 @@ _ASSET_EVENTS = frozenset(
     }
 )
 _CHECK_PLANNED = DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED
+_CHECK_EVALUATION = DagsterEventType.ASSET_CHECK_EVALUATION
+#: The most check evaluations held back before they are written anyway.
+_MAX_HELD = int(DEFAULT_BATCH_SIZE)
+_CHECK_EVENTS = frozenset({_CHECK_PLANNED, _CHECK_EVALUATION})
+_BATCHED = _ASSET_EVENTS | _CHECK_EVENTS
 
 
 class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
@@ -55,17 +78,23 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
 
     Same files and schema as Dagster's default (``base_dir``, e.g.
     ``$DAGSTER_HOME/history/runs``): an instance can switch to it and back. A batch costs two
-    transactions (plus one connection per planned asset check), whatever its length.
+    transactions (plus one connection per planned asset check), whatever its length; so do a
+    run's check evaluations held back until its next event (see the module docstring).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: a database error; Dagster then stores the batch event
-            by event (``handle_new_event``). An error between the run database's commit and the
-            index database's would leave the batch twice in the run's log; Dagster's own
-            ``store_event`` has the same two commits per event.
+            by event (``handle_new_event``), and held-back check evaluations are stored one by
+            one. An error between the run database's commit and the index database's would
+            leave the batch twice in the run's log; Dagster's own ``store_event`` has the same
+            two commits per event.
     """
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
-        super().__init__(base_dir, inst_data=inst_data)
+        self._held: list[EventLogEntry] = []  # check evaluations not yet written
+        self._held_lock = threading.RLock()
+        # The index transaction of a batch, for store_asset_check_event's own connections.
+        self._batch_index: tuple[int, Any] | None = None
+        super().__init__(base_dir, inst_data=inst_data)  # opens the index: the above first
         os.environ.setdefault(BATCH_SIZE_ENV, DEFAULT_BATCH_SIZE)
 
     @classmethod
@@ -74,35 +103,81 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
     ) -> "BatchedSqliteEventLogStorage":
         return cls(inst_data=inst_data, **config_value)
 
+    def store_event(self, event: EventLogEntry) -> None:
+        """Store ``event``; a run's check evaluation is held back (see the module docstring),
+        any other event is stored after the evaluations held before it."""
+        with self._held_lock:
+            if event.dagster_event_type == _CHECK_EVALUATION and event.run_id:
+                self._held.append(event)
+                if len(self._held) >= _MAX_HELD:
+                    self.flush()
+                return
+            self.flush()
+            super().store_event(event)
+
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """Store ``events`` as ``store_event`` would, one after the other, in two transactions.
 
         A batch with events of several runs, or of a type outside the batched ones (see the
         module docstring), is stored event by event.
         """
+        with self._held_lock:
+            self.flush()
+            self._store_batch(events)
+
+    def flush(self) -> None:
+        """Write the check evaluations held back, in order, one batch per run."""
+        with self._held_lock:
+            held, self._held = self._held, []
+            start = 0
+            for end in range(1, len(held) + 1):  # runs of consecutive events of one run
+                if end == len(held) or held[end].run_id != held[start].run_id:
+                    self._store_batch(held[start:end])
+                    start = end
+
+    def dispose(self) -> None:
+        """Write what is held back, then Dagster's ``dispose``."""
+        self.flush()
+        super().dispose()
+
+    def index_connection(self) -> AbstractContextManager[Any]:
+        """Dagster's index connection, or the open transaction of a batch on its own thread
+        (``store_asset_check_event`` opens an index connection per event otherwise)."""
+        batch = self._batch_index
+        if batch is not None and batch[0] == threading.get_ident():
+            return contextlib.nullcontext(batch[1])
+        return super().index_connection()
+
+    def _store_batch(self, events: Sequence[EventLogEntry]) -> None:
+        if not events:
+            return
         kinds = {event.dagster_event_type for event in events}
-        if (
-            not events
-            or len({event.run_id for event in events}) != 1
-            or not kinds <= _ASSET_EVENTS | {_CHECK_PLANNED}
-        ):
-            super().store_event_batch(events)
+        if len({event.run_id for event in events}) != 1 or not kinds <= _BATCHED:
+            for event in events:  # as Dagster's base class does
+                super().store_event(event)
             return
         statements = [self.prepare_insert_event(event) for event in events]
-        with self.run_connection(events[0].run_id) as conn:
-            for statement in statements:
-                conn.execute(statement)
-        planned_checks = []
-        # As store_event: each event mirrored in the index database, then (asset events) its
-        # tags and the asset's row; a planned check's rows are written through a connection
-        # of their own (store_asset_check_event opens one), so after this transaction.
-        with self.index_transaction() as conn:
-            for event, statement in zip(events, statements, strict=True):
-                event_id = conn.execute(statement).inserted_primary_key[0]
-                if event.dagster_event_type == _CHECK_PLANNED:
-                    planned_checks.append((event, event_id))
-                else:
-                    self._store_asset_event_tags(conn, [event], [event_id])
-                    self._store_asset_event(conn, event, event_id)
-        for event, event_id in planned_checks:
-            self.store_asset_check_event(event, event_id)
+        try:
+            with self.run_connection(events[0].run_id) as conn:
+                for statement in statements:
+                    conn.execute(statement)
+            # As store_event: each event mirrored in the index database, then its tags and the
+            # asset's row (asset events) or its check's execution row (store_asset_check_event,
+            # here on the same transaction: see index_connection).
+            with self.index_transaction() as conn:
+                self._batch_index = (threading.get_ident(), conn)
+                try:
+                    for event, statement in zip(events, statements, strict=True):
+                        event_id = conn.execute(statement).inserted_primary_key[0]
+                        if event.dagster_event_type in _CHECK_EVENTS:
+                            self.store_asset_check_event(event, event_id)
+                        else:
+                            self._store_asset_event_tags(conn, [event], [event_id])
+                            self._store_asset_event(conn, event, event_id)
+                finally:
+                    self._batch_index = None
+        except Exception:
+            if kinds != {_CHECK_EVALUATION}:
+                raise  # Dagster's handle_new_event stores the batch event by event
+            for event in events:  # held back by us: as Dagster would, one by one
+                super().store_event(event)

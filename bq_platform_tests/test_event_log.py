@@ -197,3 +197,116 @@ def test_the_instance_turns_dagsters_batches_on_unless_the_environment_says(tmp_
     monkeypatch.delenv(BATCH_SIZE_ENV)
     instance_in(tmp_path / "b", plain=False).event_log_storage  # noqa: B018
     assert os.environ[BATCH_SIZE_ENV] == "1000"
+
+
+def entry(run_id: str, event: dg.DagsterEvent | None, at: int = 0) -> dg.EventLogEntry:
+    return dg.EventLogEntry(
+        error_info=None,
+        level="INFO",
+        user_message="",
+        run_id=run_id,
+        timestamp=dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() + at,
+        dagster_event=event,
+    )
+
+
+def evaluation(run_id: str, hour: int, passed: bool = True) -> dg.EventLogEntry:
+    """The event a step's ``dg.AssetCheckEvaluation`` for one hour becomes."""
+    result = dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey("second"),
+        check_name="complete",
+        passed=passed,
+        partition=f"2026-01-01-0{hour}:00",
+    )
+    event = dg.DagsterEvent(
+        event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value,
+        job_name="hourly",
+        event_specific_data=result,
+    )
+    return entry(run_id, event, at=hour)
+
+
+def check_history(instance: dg.DagsterInstance) -> list[tuple[str | None, str]]:
+    check = dg.AssetCheckKey(dg.AssetKey("second"), "complete")
+    history = instance.event_log_storage.get_asset_check_execution_history(check, limit=100)
+    return sorted((r.partition, r.status.value) for r in history)
+
+
+@pytest.fixture
+def counted(tmp_path, monkeypatch):
+    """A batched instance and the list of database files it connects to, in order."""
+    instance = instance_in(tmp_path / "home", plain=False)
+    connections: list[str] = []
+    connect = BatchedSqliteEventLogStorage._connect
+
+    def counting(self, shard):
+        connections.append(shard)
+        return connect(self, shard)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_connect", counting)
+    return instance, connections
+
+
+def test_a_runs_check_evaluations_are_written_together_before_its_next_event(counted):
+    instance, connections = counted
+    storage = instance.event_log_storage
+    for hour in range(6):
+        storage.store_event(evaluation("run-1", hour, passed=hour != 5))
+    assert connections == []  # held back
+    assert storage.get_logs_for_run("run-1") == []
+    connections.clear()
+
+    storage.store_event(entry("run-1", None, at=10))  # e.g. the step's STEP_SUCCESS
+
+    # The six in two transactions (the run's log, the index with the checks' rows), then the
+    # event itself: three connections against 3 x 6 + 1 one by one.
+    assert connections == ["run-1", "index", "run-1"]
+    logs = storage.get_logs_for_run("run-1")
+    assert [e.dagster_event_type for e in logs] == [DagsterEventType.ASSET_CHECK_EVALUATION] * 6 + [
+        None
+    ]
+    assert [e.timestamp for e in logs] == sorted(e.timestamp for e in logs)
+    assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(5)] + [
+        ("2026-01-01-05:00", "FAILED")
+    ]
+
+
+def test_held_evaluations_are_written_by_a_batch_or_dispose_and_runless_ones_at_once(
+    counted, tmp_path
+):
+    instance, connections = counted
+    storage = instance.event_log_storage
+    storage.store_event(evaluation("run-1", 0))
+    storage.store_event(evaluation("run-2", 1))
+    storage.store_event_batch([evaluation("run-3", 2)])  # any batch writes what is held first
+    assert connections[:4] == ["run-1", "index", "run-2", "index"]
+    storage.store_event(evaluation("run-4", 3))
+    storage.store_event(evaluation("", 4))  # runless (reported from outside a run): not held
+    assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(5)]
+    storage.store_event(evaluation("run-5", 5))
+    assert len(check_history(instance)) == 5
+    storage.dispose()
+    reopened = dg.DagsterInstance.from_config(str(tmp_path / "home"))
+    assert check_history(reopened) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(6)]
+
+
+def test_held_evaluations_are_stored_one_by_one_when_their_batch_fails(counted, monkeypatch):
+    instance, connections = counted
+    storage = instance.event_log_storage
+    failures = []
+    transaction = BatchedSqliteEventLogStorage.index_transaction
+
+    def failing_once(self):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("database is locked")
+        return transaction(self)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "index_transaction", failing_once)
+    for hour in range(3):
+        storage.store_event(evaluation("run-1", hour))
+
+    storage.flush()
+
+    assert failures == [1]
+    assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(3)]

@@ -18,8 +18,8 @@ runs the Spark pass. For a set of UTC hours it:
 5. aggregates per (site, hour, file) and the distinct visitors per (site, hour); a file whose
    line count differs from its manifest is reported in ``file_mismatches`` (not raised: the
    blocking accounting check reports it, with the other hours still built); the same pass
-   counts rejected lines per reason and keeps a few raw ones, for the rejected-share check
-   (:mod:`bq_platform.lib.quality`);
+   counts rejected lines per reason and, when there are some, keeps a few raw ones, for the
+   rejected-share check (:mod:`bq_platform.lib.quality`);
 6. writes Parquet under this attempt's own prefix (:func:`bq_platform.lib.layout.attempt_prefix`)
    in ``hour=YYYY-MM-DDTHH`` folders: ``full`` (pages), ``sample`` (pages of sampled visitors)
    and the dead letters (rejected and out-of-window lines with reason, raw text and delivery
@@ -34,10 +34,10 @@ Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
 
 Spark work per pass: one read of the landed gzip (no shuffle: lines are numbered where they are
-read), one persist, two small aggregations and up to three Parquet writes from the persisted
-rows: ``full``; the sample, collected to the driver and written by pyarrow (one file per hour)
-unless it has more than :data:`DRIVER_SAMPLE_ROWS` rows; the dead letters only when the pass has
-some.
+read), one persist, two small aggregations (a third over the rejected lines when there are
+some) and up to three Parquet writes from the persisted rows: ``full``; the sample, collected
+to the driver and written by pyarrow (one file per hour) unless it has more than
+:data:`DRIVER_SAMPLE_ROWS` rows; the dead letters only when the pass has some.
 """
 
 import datetime as dt
@@ -52,7 +52,8 @@ from pyspark.sql import functions as F
 from bq_platform.lib import layout
 from bq_platform.lib.build_frames import (
     dead_letter_rows,
-    rejected_aggregates,
+    rejected_counts,
+    rejected_samples,
     slim,
     write_hour_files,
     write_hour_folders,
@@ -66,7 +67,6 @@ from bq_platform.lib.build_read import (
 )
 from bq_platform.lib.deliveries import landed_hours, unreadable_landed_file, verify_landed
 from bq_platform.lib.hour_manifests import (
-    _SAMPLE,
     _SAMPLES,
     HOUR_FOLDER_COLUMN,
     clear_hour_folders,
@@ -315,7 +315,7 @@ def _run_spark(
                     F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias(
                         "sample_rows"
                     ),
-                    *rejected_aggregates(),
+                    *rejected_counts(),
                 )
                 .collect()
             )
@@ -335,9 +335,15 @@ def _run_spark(
             for r in file_counts:
                 values = r.asDict()
                 data_key = values.pop("data_key")
-                samples = {k: values.pop(k) for k in list(values) if k.startswith(_SAMPLE)}
                 per_file[data_key] = {k: int(v) for k, v in values.items()}
-                per_file[data_key][_SAMPLES] = {k: v for k, v in samples.items() if v is not None}
+                per_file[data_key][_SAMPLES] = {}
+            if any(r[CATEGORY_REJECTED] for r in file_counts):  # clean data: no job
+                for r in rejected_samples(rows).collect():
+                    samples = r.asDict()
+                    data_key = samples.pop("data_key")
+                    per_file[data_key][_SAMPLES] = {
+                        k: v for k, v in samples.items() if v is not None
+                    }
             pages = rows.where(category == CATEGORY_PAGE)
             for r in (
                 pages.groupBy("site", "hour_label")

@@ -1,7 +1,7 @@
 """The Spark frames of a build's outputs: the slim per-line rows, the dead-letter rows, the
-per-file rejected-line aggregates, and the writes into ``hour=`` folders, by Spark or, for a
-few rows, by pyarrow on the driver (:mod:`bq_platform.lib.build` runs them in its one Spark
-pass)."""
+per-file rejected-line counts and samples, and the writes into ``hour=`` folders, by Spark or,
+for a few rows, by pyarrow on the driver (:mod:`bq_platform.lib.build` runs them in its one
+Spark pass)."""
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,23 +68,36 @@ def dead_letter_rows(dead: DataFrame) -> DataFrame:
     ).select(*DEADLETTER_COLUMNS, F.col("hour_label").alias(HOUR_FOLDER_COLUMN))
 
 
-def rejected_aggregates() -> list[Column]:
-    """Per-file aggregates for :mod:`bq_platform.lib.quality`, computed in the file-count pass.
-
-    For each rejection reason: its lines, and the first such line (by line number; raw text cut
-    to :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`); plus the file's last rejected line.
-    ``min_by``/``max_by`` keep one value per group, so an hour of garbage costs no more memory.
-    """
+def rejected_counts() -> list[Column]:
+    """Per-file aggregates for :mod:`bq_platform.lib.quality`, computed in the file-count pass:
+    for each rejection reason, its lines (``rejected:<reason>``)."""
     rejected = F.col("category") == CATEGORY_REJECTED
+    return [
+        F.count_if(rejected & (F.col("reason") == code)).alias(_REJECTED + code)
+        for code in lf.REJECT_REASONS
+    ]
+
+
+def rejected_samples(rows: DataFrame) -> DataFrame:
+    """Per file with rejected lines (``data_key``): for each rejection reason, the first such
+    line (``sample:<reason>``, by line number), and the file's last rejected line
+    (``sample:``); raw text cut to :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`.
+
+    Its own aggregation over the rejected rows only, run when the counts show some: ``min_by``
+    and ``max_by`` of a string keep a string in the aggregation buffer, which Spark's hash
+    aggregation cannot hold, so in the per-file counts they made Spark sort every line of a
+    pass by file first (``SortAggregate``: 1.2-1.3 s against 0.55-0.6 s for the counts' final
+    stage on the bench's 1x input, docs/PERFORMANCE.md). They keep one value per group, so an
+    hour of garbage costs no more memory.
+    """
     raw = F.substring(F.col("raw"), 1, MAX_SAMPLE_CHARS)
     line_no = F.col("line_no")
-    columns = []
-    for code in lf.REJECT_REASONS:
-        of_code = rejected & (F.col("reason") == code)
-        columns.append(F.count_if(of_code).alias(_REJECTED + code))
-        columns.append(F.min_by(raw, F.when(of_code, line_no)).alias(_SAMPLE + code))
-    columns.append(F.max_by(raw, F.when(rejected, line_no)).alias(_SAMPLE))
-    return columns
+    columns = [
+        F.min_by(raw, F.when(F.col("reason") == code, line_no)).alias(_SAMPLE + code)
+        for code in lf.REJECT_REASONS
+    ]
+    columns.append(F.max_by(raw, line_no).alias(_SAMPLE))
+    return rows.where(F.col("category") == CATEGORY_REJECTED).groupBy("data_key").agg(*columns)
 
 
 def write_hour_folders(frame: DataFrame, uri: str) -> None:

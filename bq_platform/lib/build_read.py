@@ -94,17 +94,17 @@ def read_lines(
     coalesce mixes hours. Measured on the bench's 1x input: the writes 3.5 -> 2.5-2.7 s warm,
     5.4 -> 4.3-4.8 s cold (docs/PERFORMANCE.md).
 
-    File listing: over 32 paths, Spark lists them in a job of one task per path (1,200 tasks a
-    day, 5-12 s measured); ``parallelPartitionDiscovery.parallelism`` caps that job at one task
-    per core (on GCS the listing stays parallel).
+    File listing: over ``spark.sql.sources.parallelPartitionDiscovery.threshold`` paths (32),
+    Spark lists them in a Spark job of one task per path (1,200 tasks a day, 5-12 s measured);
+    :func:`listing_conf` lists local files on the driver and caps the job for remote ones.
     """
     by_tail = {m.data_key.split("/", 2)[2]: (i, m) for i, m in enumerate(files)}
     cores = max(1, spark.sparkContext.defaultParallelism)
     uris, ids, scans = [], [], []
-    listing = {"spark.sql.sources.parallelPartitionDiscovery.parallelism": str(cores)}
     for group in read_groups(files, cores * _READ_TASKS_PER_CORE):
-        with sql_conf(spark, listing):
-            reader = spark.read.option("lineSep", "\n").text([store.uri(m.data_key) for m in group])
+        paths = [store.uri(m.data_key) for m in group]
+        with sql_conf(spark, listing_conf(paths, cores)):
+            reader = spark.read.option("lineSep", "\n").text(paths)
         for uri in reader.inputFiles():
             tail = "/".join(urllib.parse.unquote(uri).rstrip("/").split("/")[-3:])
             if tail in by_tail:
@@ -138,6 +138,25 @@ def read_lines(
         line_no.cast("bigint").alias("line_no"),
         "raw",
     )
+
+
+def listing_conf(paths: Sequence[str], cores: int) -> dict[str, str]:
+    """How Spark lists ``paths`` (URIs) for one reader: SQL settings for :func:`sql_conf`.
+
+    Spark lists more than ``spark.sql.sources.parallelPartitionDiscovery.threshold`` (32) paths
+    in a Spark job (``InMemoryFileIndex.bulkListLeafFiles``). For local files (a path or
+    ``file:``, as :class:`~bq_platform.lib.objectstore.local.LocalObjectStore` gives) that
+    job is pure overhead: the bench's 72-hour pass made four, 0.05-0.25 s each plus their
+    scheduling, where the driver stats 900 local files in milliseconds; on the 1x landing zone
+    the pass's first action started 0.5 s sooner with the driver's listing (three cold builds
+    each, docs/PERFORMANCE.md). So local paths are listed on the driver (threshold above their
+    number). Remote paths (``gs://``: one metadata request each) keep Spark's job, capped at one
+    task per core (``parallelPartitionDiscovery.parallelism``; 1,200 tasks a day otherwise,
+    5-12 s measured), so a cluster's executors list them side by side.
+    """
+    if paths and all(urllib.parse.urlsplit(path).scheme in ("", "file") for path in paths):
+        return {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(len(paths))}
+    return {"spark.sql.sources.parallelPartitionDiscovery.parallelism": str(cores)}
 
 
 def read_groups(files: Sequence[LandedManifest], tasks: int) -> list[list[LandedManifest]]:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bq_platform.lib.build import build_hours
-from bq_platform.lib.build_read import passes, read_groups
+from bq_platform.lib.build_read import listing_conf, passes, read_groups, read_lines
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import (
@@ -28,11 +28,12 @@ def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
     worth of coalesced tasks still give every line its own file's 1-based number."""
     store = LocalObjectStore(tmp_path / "lake")
     sites = [f"s{i:02d}.example" for i in range(15)]
-    expected = {}
+    expected, by_site_hour = {}, {}
     for i, site in enumerate(sites):
         for hour in (H_NASA_1, H_NASA_2):
             lines = [f"garbage {site} {hour:%H} {n}".encode() for n in range(1, 3 + i)]
             expected[land(store, site, hour, lines).data_key] = lines
+            by_site_hour[(site, hour)] = [line.decode() for line in lines]
     manifests = build_hours(spark, store, [H_NASA_1, H_NASA_2], attempt_id="n", visitor_key=KEY)
     dead = pa.concat_tables(
         pq.read_table(store.uri(k)) for m in manifests for k in m.deadletter_files
@@ -41,6 +42,11 @@ def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
     for row in dead:
         assert row["raw"] == expected[row["data_key"]][row["line_no"] - 1].decode()
     assert all(c.balanced and c.rejected == c.source_lines for m in manifests for c in m.counts)
+    # One reason only: its first line, then the file's last rejected line (rejected_samples).
+    for m in manifests:
+        for c in m.counts:
+            lines = by_site_hour[(c.site, m.hour)]
+            assert c.rejected_samples == (lines[0], lines[-1]), (c.site, m.hour)
 
 
 def test_passes_cut_whole_hours_in_hour_order() -> None:
@@ -104,3 +110,32 @@ def test_each_hour_is_written_by_one_read_task(spark, access_logs, tmp_path) -> 
     assert max(files) <= 2 and sum(files) <= len(hours) + 3, files
     written = sum(pq.read_metadata(store.uri(k)).num_rows for m in manifests for k in m.full_files)
     assert written == sum(m.rows for m in manifests)
+
+
+def test_local_files_are_listed_on_the_driver_and_remote_ones_by_a_capped_job(
+    spark, tmp_path
+) -> None:
+    """Over 32 paths Spark lists them in a Spark job; for local files that job only costs
+    time (issue 9), so reading 40 local files starts no Spark job, and gs:// paths keep it."""
+    store = LocalObjectStore(tmp_path / "lake")
+    landed = [land(store, f"s{i:02d}.example", H_NASA_1, [f"line {i}".encode()]) for i in range(40)]
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("listing", "read_lines of 40 local files")
+    try:
+        lines = read_lines(spark, store, landed)
+        assert tracker.getJobIdsForGroup("listing") == []  # listed without a job
+        assert lines.count() == 40
+    finally:
+        spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+
+    remote = [f"gs://bucket/landing/pageviews/site=s{i}/hour=h/f.gz" for i in range(40)]
+    assert listing_conf(remote, 2) == {
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"
+    }
+    local = [store.uri(m.data_key) for m in landed]
+    assert listing_conf(local, 2) == {
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "40"
+    }
+    assert listing_conf(["file:///x/a.gz", "/x/b.gz"], 2) == {
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "2"
+    }
