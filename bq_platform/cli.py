@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from bq_platform.lib.layout import parse_hour_label
 
 if TYPE_CHECKING:
     from bq_platform.lib.objectstore.base import ObjectStore
+    from bq_platform.runner import PipelineRunner
 
 log = logging.getLogger("bq_platform")
 
@@ -225,6 +226,7 @@ def run(
     import dagster as dg
 
     from bq_platform.instance import RunLockTimeout, dagster_home, fail_dead_runs, run_lock
+    from bq_platform.runner import PipelineRunner
 
     home = dagster_home(_home() / "dagster_home")
     hours = _hour_range(start, end)
@@ -233,10 +235,17 @@ def run(
             # The config written, the instance created and its SQLite schema migrated by the
             # lock holder only (issue 7).
             _ensure_dagster_home()
+            runner = PipelineRunner.from_environment(
+                _env(), echo=click.echo, verbose=ctx.obj["verbose"]
+            )
+            started = time.monotonic()
+            # Planned before the instance opens: a due build's JVM starts now (issue 9).
+            todo = runner.plan(hours, force)
             with dg.DagsterInstance.get() as instance:
                 for run_id in fail_dead_runs(instance):
                     click.echo(f"run {run_id} lost its process (killed?): marked failed")
-                _run(ctx.obj["verbose"], instance, hours, allow_incomplete, force, allow_rejected)
+                runner.instance = instance
+                _run(runner, todo, started, allow_incomplete, allow_rejected)
     except RunLockTimeout as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -253,22 +262,13 @@ def _hour_range(start: str | None, end: str | None) -> list[dt.datetime] | None:
 
 
 def _run(
-    verbose: bool,
-    instance: Any,
-    hours: list[dt.datetime] | None,
+    runner: "PipelineRunner",
+    todo: Mapping[dt.date, Sequence[dt.datetime]],
+    started: float,
     allow_incomplete: bool,
-    force: bool,
-    allow_rejected: bool = False,
+    allow_rejected: bool,
 ) -> None:
-    from bq_platform.runner import PipelineRunner
-
-    runner = PipelineRunner.from_environment(
-        _env(), echo=click.echo, instance=instance, verbose=verbose
-    )
-    started = time.monotonic()
-    ok = runner.run(
-        hours=hours, allow_incomplete=allow_incomplete, force=force, allow_rejected=allow_rejected
-    )
+    ok = runner.execute(todo, allow_incomplete=allow_incomplete, allow_rejected=allow_rejected)
     runner.clean_attempts()
     click.echo(f"\nfinished in {time.monotonic() - started:.1f} s")
     runner.print_summary(runner.processed_days or runner.landed_days)

@@ -127,6 +127,19 @@ class PipelineRunner:
 
         ``allow_incomplete`` / ``allow_rejected``: the publish runs' ``allow_incomplete_hours``
         and ``allow_rejected_share`` config (the operator's decision, for this run only).
+        :meth:`plan`, then :meth:`execute`.
+        """
+        return self.execute(self.plan(hours, force), allow_incomplete, allow_rejected)
+
+    def plan(
+        self, hours: Sequence[dt.datetime] | None = None, force: bool = False
+    ) -> dict[dt.date, list[dt.datetime]]:
+        """The hours to build, by UTC day: ``hours``, or those of every due landed day (each
+        day's verdict echoed; ``force``: every landed day). Reads the landing zone and the
+        warehouse only, then releases the warehouse file; when a build is due, it starts the
+        Spark session in the background (the JVM's ~4 s start then overlaps the Dagster
+        instance, the definitions and the run's creation: ``bq-platform run`` plans before it
+        opens the instance, issue 9).
         """
         if hours is None:
             index = scan_window(self.store, self.lookback_days)
@@ -137,7 +150,6 @@ class PipelineRunner:
             days = self.landed_days = index.days()
             if not days:
                 self.echo(index.empty_reason())
-                return True
             plans = [plan_day(d, index, self.store, self.warehouse, self.visitor_key) for d in days]
             for plan in plans:
                 verdict = "due" if plan.due else ("forced" if force else "skip")
@@ -147,10 +159,21 @@ class PipelineRunner:
             todo = {}
             for hour in hours:
                 todo.setdefault(hour.date(), []).append(hour)
-        ok = True
         self.warehouse.close()  # release the file: the runs open their own connections
         if todo and self.spark is not None:
             self.spark.start_in_background()  # the JVM starts while Dagster creates the run
+        return todo
+
+    def execute(
+        self,
+        todo: Mapping[dt.date, Sequence[dt.datetime]],
+        allow_incomplete: bool = False,
+        allow_rejected: bool = False,
+    ) -> bool:
+        """Build and publish what :meth:`plan` gave, in batches of consecutive days (one hourly
+        run each, then one daily run per day); True if every run succeeded (nothing to do:
+        True)."""
+        ok = True
         for batch in batches(todo):
             ok &= self._run_batch(batch, allow_incomplete, allow_rejected)
         return ok
