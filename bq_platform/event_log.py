@@ -78,8 +78,9 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
 
     Same files and schema as Dagster's default (``base_dir``, e.g.
     ``$DAGSTER_HOME/history/runs``): an instance can switch to it and back. A batch costs two
-    transactions (plus one connection per planned asset check), whatever its length; so do a
-    run's check evaluations held back until its next event (see the module docstring).
+    transactions whatever its length (a check's execution rows are written on the index
+    transaction); so do a run's check evaluations held back until its next event (see the
+    module docstring).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: a database error; Dagster then stores the batch event
