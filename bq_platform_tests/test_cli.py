@@ -118,15 +118,20 @@ def test_run_refuses_a_broken_dagster_yaml_by_name(tmp_path, monkeypatch):
     assert "dagster.yaml" in result.output and "Traceback" not in result.output
 
 
-def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monkeypatch):
-    """A run that processed nothing (here: its batches stubbed) summarizes the landed days it
-    planned, without a second scan of every landed manifest (~1 s at 3,600 files; issue 9)."""
+def one_landed_day(tmp_path, monkeypatch) -> None:
+    """A local home in ``tmp_path`` whose landing zone holds one day (1995-08-01) of 3 lines."""
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
     monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
     log = tmp_path / "a.log"
     log.write_bytes(b'a - - [01/Aug/1995:04:00:01 +0000] "GET / HTTP/1.0" 200 1\n' * 3)
     land_file(LocalObjectStore(tmp_path / "lake"), "s", log)
+
+
+def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monkeypatch):
+    """A run that processed nothing (here: its batches stubbed) summarizes the landed days it
+    planned, without a second scan of every landed manifest (~1 s at 3,600 files; issue 9)."""
+    one_landed_day(tmp_path, monkeypatch)
     scans: list[int] = []
     real_scan = runner_module.scan_window
     monkeypatch.setattr(
@@ -153,12 +158,7 @@ def test_run_starts_a_due_builds_spark_session_before_it_opens_the_dagster_insta
     """The JVM's start (~4 s) is the hourly run's wait for its Spark resource; planning needs
     no Dagster instance, so the session starts first and the instance opens (0.4-0.6 s) while
     it does (issue 9). Dead runs are still marked failed before any new run."""
-    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
-    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
-    log = tmp_path / "a.log"
-    log.write_bytes(b'a - - [01/Aug/1995:04:00:01 +0000] "GET / HTTP/1.0" 200 1\n' * 3)
-    land_file(LocalObjectStore(tmp_path / "lake"), "s", log)
+    one_landed_day(tmp_path, monkeypatch)
     events: list[str] = []
     get_instance = dg.DagsterInstance.get
     monkeypatch.setattr(SparkResource, "start_in_background", lambda self: events.append("spark"))

@@ -151,10 +151,10 @@ def test_what_dagster_reads_back_is_what_its_own_sqlite_log_gives(tmp_path, monk
     assert stored_one_by_one[DagsterEventType.STEP_START] >= 1  # the rest: one by one
 
 
-def test_a_batch_is_two_transactions_whatever_its_length(tmp_path, monkeypatch):
-    monkeypatch.setenv(BATCH_SIZE_ENV, "1000")
+@pytest.fixture
+def counted(tmp_path, monkeypatch):
+    """A batched instance and the list of database files it connects to, in order."""
     instance = instance_in(tmp_path / "home", plain=False)
-    storage = instance.event_log_storage
     connections: list[str] = []
     connect = BatchedSqliteEventLogStorage._connect
 
@@ -163,6 +163,12 @@ def test_a_batch_is_two_transactions_whatever_its_length(tmp_path, monkeypatch):
         return connect(self, shard)
 
     monkeypatch.setattr(BatchedSqliteEventLogStorage, "_connect", counting)
+    return instance, connections
+
+
+def test_a_batch_is_two_transactions_whatever_its_length(counted):
+    instance, connections = counted
+    storage = instance.event_log_storage
     events = [
         dg.EventLogEntry(
             error_info=None,
@@ -230,21 +236,6 @@ def check_history(instance: dg.DagsterInstance) -> list[tuple[str | None, str]]:
     check = dg.AssetCheckKey(dg.AssetKey("second"), "complete")
     history = instance.event_log_storage.get_asset_check_execution_history(check, limit=100)
     return sorted((r.partition, r.status.value) for r in history)
-
-
-@pytest.fixture
-def counted(tmp_path, monkeypatch):
-    """A batched instance and the list of database files it connects to, in order."""
-    instance = instance_in(tmp_path / "home", plain=False)
-    connections: list[str] = []
-    connect = BatchedSqliteEventLogStorage._connect
-
-    def counting(self, shard):
-        connections.append(shard)
-        return connect(self, shard)
-
-    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_connect", counting)
-    return instance, connections
 
 
 def test_a_runs_check_evaluations_are_written_together_before_its_next_event(counted):
