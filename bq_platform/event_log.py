@@ -85,7 +85,8 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
     Raises:
         sqlalchemy.exc.SQLAlchemyError: a database error; Dagster then stores the batch event
             by event (``handle_new_event``), and held-back check evaluations are stored one by
-            one. An error between the run database's commit and the index database's would
+            one (into the index only, when the run's log already holds them). For Dagster's
+            batches, an error between the run database's commit and the index database's would
             leave the batch twice in the run's log; Dagster's own ``store_event`` has the same
             two commits per event.
     """
@@ -158,27 +159,37 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
                 super().store_event(event)
             return
         statements = [self.prepare_insert_event(event) for event in events]
+        run_written = False
         try:
             with self.run_connection(events[0].run_id) as conn:
                 for statement in statements:
                     conn.execute(statement)
-            # As store_event: each event mirrored in the index database, then its tags and the
-            # asset's row (asset events) or its check's execution row (store_asset_check_event,
-            # here on the same transaction: see index_connection).
-            with self.index_transaction() as conn:
-                self._batch_index = (threading.get_ident(), conn)
-                try:
-                    for event, statement in zip(events, statements, strict=True):
-                        event_id = conn.execute(statement).inserted_primary_key[0]
-                        if event.dagster_event_type in _CHECK_EVENTS:
-                            self.store_asset_check_event(event, event_id)
-                        else:
-                            self._store_asset_event_tags(conn, [event], [event_id])
-                            self._store_asset_event(conn, event, event_id)
-                finally:
-                    self._batch_index = None
+            run_written = True
+            self._store_index(events, statements)
         except Exception:
             if kinds != {_CHECK_EVALUATION}:
                 raise  # Dagster's handle_new_event stores the batch event by event
-            for event in events:  # held back by us: as Dagster would, one by one
-                super().store_event(event)
+            # Held back by us: as Dagster would, one by one; the run's log only if it was not
+            # written (each event once in it, as Dagster's store_event writes it).
+            for event, statement in zip(events, statements, strict=True):
+                if run_written:
+                    self._store_index([event], [statement])
+                else:
+                    super().store_event(event)
+
+    def _store_index(self, events: Sequence[EventLogEntry], statements: Sequence[Any]) -> None:
+        """As store_event: each event mirrored in the index database, then its tags and the
+        asset's row (asset events) or its check's execution row (``store_asset_check_event``,
+        here on the same transaction: see :meth:`index_connection`)."""
+        with self.index_transaction() as conn:
+            self._batch_index = (threading.get_ident(), conn)
+            try:
+                for event, statement in zip(events, statements, strict=True):
+                    event_id = conn.execute(statement).inserted_primary_key[0]
+                    if event.dagster_event_type in _CHECK_EVENTS:
+                        self.store_asset_check_event(event, event_id)
+                    else:
+                        self._store_asset_event_tags(conn, [event], [event_id])
+                        self._store_asset_event(conn, event, event_id)
+            finally:
+                self._batch_index = None

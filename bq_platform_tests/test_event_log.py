@@ -170,19 +170,16 @@ def test_a_batch_is_two_transactions_whatever_its_length(counted):
     instance, connections = counted
     storage = instance.event_log_storage
     events = [
-        dg.EventLogEntry(
-            error_info=None,
-            level="INFO",
-            user_message="",
-            run_id="run-1",
-            timestamp=dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() + i,
-            dagster_event=dg.DagsterEvent(
+        entry(
+            "run-1",
+            dg.DagsterEvent(
                 event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
                 job_name="hourly",
                 event_specific_data=StepMaterializationData(
                     dg.AssetMaterialization("first", partition=key)
                 ),
             ),
+            at=i,
         )
         for i, key in enumerate(HOURS.get_partition_keys_in_range(dg.PartitionKeyRange(*RANGE)))
     ]
@@ -281,19 +278,24 @@ def test_held_evaluations_are_written_by_a_batch_or_dispose_and_runless_ones_at_
     assert check_history(reopened) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(6)]
 
 
-def test_held_evaluations_are_stored_one_by_one_when_their_batch_fails(counted, monkeypatch):
-    instance, connections = counted
+@pytest.mark.parametrize("failing", ["run_connection", "index_transaction"])
+def test_held_evaluations_are_stored_one_by_one_when_their_batch_fails(
+    counted, monkeypatch, failing
+):
+    """Whichever database's transaction fails, each evaluation ends up once in the run's log
+    and once in the check's history."""
+    instance, _ = counted
     storage = instance.event_log_storage
     failures = []
-    transaction = BatchedSqliteEventLogStorage.index_transaction
+    transaction = getattr(BatchedSqliteEventLogStorage, failing)
 
-    def failing_once(self):
+    def failing_once(self, *args):
         if not failures:
             failures.append(1)
             raise RuntimeError("database is locked")
-        return transaction(self)
+        return transaction(self, *args)
 
-    monkeypatch.setattr(BatchedSqliteEventLogStorage, "index_transaction", failing_once)
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, failing, failing_once)
     for hour in range(3):
         storage.store_event(evaluation("run-1", hour))
 
@@ -301,3 +303,4 @@ def test_held_evaluations_are_stored_one_by_one_when_their_batch_fails(counted, 
 
     assert failures == [1]
     assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(3)]
+    assert len(storage.get_logs_for_run("run-1")) == 3  # the run's log written once

@@ -16,7 +16,6 @@ HOURS (default 72). Extra Spark settings: ``BUILD_STAGES_CONF="key=value,key=val
 import datetime as dt
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -99,7 +98,6 @@ def main(argv: list[str]) -> int:
         spark.stop()
         (event_log,) = [p for p in log_dir.rglob("*") if p.is_file() and "appstatus" not in p.name]
         rows = stage_rows(event_log.read_text().splitlines())
-        shutil.rmtree(scratch / "staging", ignore_errors=True)
     print(f"build of {len(hours)} hours: {seconds:.1f} s, {sum(m.rows for m in manifests):,} rows")
     print(
         f"{'stage':>5} {'at s':>7} {'wall s':>7} {'tasks':>5} {'run s':>7} {'cpu s':>7} {'gc s':>6}"
