@@ -294,11 +294,12 @@ def _run_spark(
     t0 = time.monotonic()
     with sql_conf(spark, BUILD_SQL_CONF):
         lines = read_lines(spark, store, kept)
-        rows = slim(transform_lines(lines, visitor_key=visitor_key, window=window)).persist()
+        classified = transform_lines(lines, visitor_key=visitor_key, window=window, keep=["file_no"])
+        rows = slim(classified).persist()
         try:
             category = F.col("category")
             file_counts = (
-                rows.groupBy("data_key")
+                rows.groupBy("file_no")
                 .agg(
                     F.count(F.lit(1)).alias("lines_read"),
                     F.min("line_no").alias("first_line"),
@@ -319,11 +320,11 @@ def _run_spark(
                 )
                 .collect()
             )
-            unmatched = [r for r in file_counts if r["data_key"] is None]
+            unmatched = [r for r in file_counts if r["file_no"] is None]
             bad_numbers = [
-                r["data_key"]
+                kept[r["file_no"]].data_key
                 for r in file_counts
-                if r["data_key"] is not None
+                if r["file_no"] is not None
                 and (r["first_line"] != 1 or r["last_line"] != r["lines_read"])
             ]
             if unmatched or bad_numbers:
@@ -334,7 +335,7 @@ def _run_spark(
                 )
             for r in file_counts:
                 values = r.asDict()
-                data_key = values.pop("data_key")
+                data_key = kept[values.pop("file_no")].data_key
                 per_file[data_key] = {k: int(v) for k, v in values.items()}
                 per_file[data_key][_SAMPLES] = {}
             if any(r[CATEGORY_REJECTED] for r in file_counts):  # clean data: no job

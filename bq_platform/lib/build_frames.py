@@ -33,18 +33,34 @@ DEADLETTER_COLUMNS: tuple[str, ...] = tuple(c.name for c in DEADLETTER_COLUMNS_S
 
 
 def slim(classified: DataFrame) -> DataFrame:
-    """What the outputs need, per line: page columns for pages, raw text for dead letters."""
+    """What the outputs and counts need, per line: page columns for pages, the raw text and
+    file for dead letters, and for every line its ``file_no``, ``line_no``, ``category``,
+    ``in_sample`` and ``reason``.
+
+    ``classified`` is :func:`~bq_platform.lib.transform.transform_lines`'s output with the
+    build's ``file_no`` kept (:func:`~bq_platform.lib.build_read.read_lines`). The build caches
+    these rows uncompressed (:data:`~bq_platform.lib.build_read.BUILD_SQL_CONF`), so a column
+    costs its bytes on every row it is set on: ``site`` and ``hour_label`` are kept for pages
+    and dead letters only, ``data_key`` (~80 characters) for dead letters only; a non-page line
+    (60% of the bench's lines) keeps only numbers and its category. The per-file counts group
+    by ``file_no``.
+    """
     category = F.col("category")
     page = category == CATEGORY_PAGE
     dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
-    keep = {"site", "event_id"}
+    written = page | dead
     return classified.select(
-        "hour_label",
-        "data_key",
+        "file_no",
+        F.when(written, F.col("hour_label")).alias("hour_label"),
+        F.when(dead, F.col("data_key")).alias("data_key"),
         "line_no",
         "category",
         *[
-            F.col(c) if c in keep else F.when(page, F.col(c)).alias(c)
+            F.col(c)
+            if c == "event_id"  # null but for pages already
+            else F.when(written, F.col(c)).alias(c)
+            if c == "site"
+            else F.when(page, F.col(c)).alias(c)
             for c in PAGEVIEW_COLUMN_NAMES
         ],
         "in_sample",

@@ -26,11 +26,18 @@ from bq_platform.lib.objectstore.base import ObjectStore
 #: a union that concatenates its children's partitions: Spark 4's ``UnionExec`` otherwise takes
 #: its children's output partitioning when they share one, and zips the read tasks of
 #: :func:`read_lines` (one partition each) into a single task (measured: the whole pass on one
-#: core). Set for the whole pass: Spark reads the setting when it plans an action.
+#: core); and a pass's cache without compression: to choose a column's encoding, Spark's cache
+#: builder runs every value through each candidate scheme's statistics (a boxed Scala hash map
+#: lookup per string value for the dictionary scheme), which cost more than the cache saved by
+#: being smaller: persist and per-file counts on the bench's 1x input 8.1-8.6 -> 6.7-6.9 s warm
+#: (with :func:`~bq_platform.lib.build_frames.slim`'s narrow non-page rows; 314 MiB of cache
+#: instead of 215, docs/PERFORMANCE.md). Set for the whole pass: Spark reads the settings when
+#: it plans an action, and the cache's when it persists.
 BUILD_SQL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.files.openCostInBytes": str(1 << 40),
     "spark.sql.unionOutputPartitioning": "false",
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 #: ``monotonically_increasing_id()`` is the input partition's index shifted left by 33 bits
 #: plus the row's position in that partition (``pyspark.sql.functions`` docs): the low 33 bits.
@@ -38,14 +45,15 @@ _ROW_IN_SPLIT_MASK = (1 << 33) - 1
 #: Read tasks per core (:func:`read_groups`), each a run of consecutive landed files.
 _READ_TASKS_PER_CORE = 2
 #: Source lines per Spark pass (issue 9: driver memory flat as the data grows, time linear). A
-#: pass keeps its classified rows in Spark's in-memory cache: 213 MiB for 2,043,576 synthetic
-#: lines (``SparkContext.getRDDStorageInfo``, local[2]), about 105 bytes a line. A 2g driver has
+#: pass keeps its rows (:func:`~bq_platform.lib.build_frames.slim`) in Spark's in-memory cache,
+#: uncompressed (:data:`BUILD_SQL_CONF`): 331 MiB for 2,043,576 synthetic lines
+#: (``SparkContext.getRDDStorageInfo``, local[2]), about 170 bytes a line. A 2g driver has
 #: about 520 MiB of storage memory, (2,048 - 300 reserved) MiB x ``spark.memory.fraction`` 0.6
 #: x ``spark.memory.storageFraction`` 0.5 (spark.apache.org/docs/latest/tuning.html, "Memory
-#: Management Overview"), so 4 M lines stay in memory. The 4x bench point read 8.2 M lines
-#: (~850 MiB of cache) in one pass and cost more per line than 1x (docs/PERFORMANCE.md).
-#: ``BQ_PLATFORM_LINES_PER_PASS``.
-DEFAULT_LINES_PER_PASS = 4_000_000
+#: Management Overview"), so 3 M lines (~490 MiB) stay in memory. The 4x bench point read 8.2 M
+#: lines (~850 MiB of the then compressed cache) in one pass and cost more per line than 1x
+#: (docs/PERFORMANCE.md). ``BQ_PLATFORM_LINES_PER_PASS``.
+DEFAULT_LINES_PER_PASS = 3_000_000
 
 
 @contextlib.contextmanager
@@ -68,6 +76,10 @@ def read_lines(
     spark: SparkSession, store: ObjectStore, files: Sequence[LandedManifest]
 ) -> DataFrame:
     """All lines of ``files``, with their file's identity and 1-based line number.
+
+    Columns: ``site``, ``hour_label``, ``data_key``, ``file_sha256`` (of the line's landed file),
+    ``file_no`` INT (the file's index in ``files``: the build counts per file by it, an integer
+    key instead of the ~80-character data key), ``line_no`` BIGINT, ``raw``.
 
     Lines are matched to their landed file by ``input_file_name()``, which is a URI
     (``file:///...`` for local paths, ``gs://...`` on GCS), not the path we passed. The readers'
@@ -121,6 +133,7 @@ def read_lines(
         pa.table(
             {
                 "_uri": uris,
+                "file_no": pa.array(ids, pa.int32()),
                 "site": [files[i].site for i in ids],
                 "hour_label": [layout.hour_label(files[i].hour) for i in ids],
                 "data_key": [files[i].data_key for i in ids],
@@ -135,6 +148,7 @@ def read_lines(
         "hour_label",
         "data_key",
         "file_sha256",
+        "file_no",
         line_no.cast("bigint").alias("line_no"),
         "raw",
     )

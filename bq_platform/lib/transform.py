@@ -53,6 +53,8 @@ limit, so :func:`bq_platform.lib.spark.spark_config` starts the JVMs with
 ``-XX:-DontCompileHugeMethods`` (see test_transform.py).
 """
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -173,7 +175,11 @@ def _diagnose(line: Column, one_line: Column, loose: Column) -> Column:
 
 
 def transform_lines(
-    lines: DataFrame, *, visitor_key: str | bytes, window: HourWindow | None = None
+    lines: DataFrame,
+    *,
+    visitor_key: str | bytes,
+    window: HourWindow | None = None,
+    keep: Sequence[str] = (),
 ) -> DataFrame:
     """Classify and parse access-log lines (see the module docstring for the columns).
 
@@ -183,19 +189,22 @@ def transform_lines(
         window: the partitions' hours; an ``out_of_window`` line outside them gets reason
             ``before_first_partition`` or ``future_timestamp`` instead of ``out_of_window``
             (:mod:`bq_platform.lib.partition_window`, issue 7). None: always ``out_of_window``.
+        keep: other columns of ``lines`` passed through unchanged, after the output columns
+            (the build's ``file_no``).
 
     Returns:
-        A DataFrame with :data:`OUTPUT_COLUMNS`, one row per input row, same partitioning
-        (the transform is narrow: no shuffle).
+        A DataFrame with :data:`OUTPUT_COLUMNS` then ``keep``, one row per input row, same
+        partitioning (the transform is narrow: no shuffle).
 
     Raises:
-        ValueError: if a column is missing or the key is empty (at plan time, not per row).
+        ValueError: if a column (of :data:`INPUT_COLUMNS` or ``keep``) is missing or the key is
+            empty (at plan time, not per row).
     """
-    missing = [c for c in INPUT_COLUMNS if c not in lines.columns]
+    missing = [c for c in (*INPUT_COLUMNS, *keep) if c not in lines.columns]
     if missing:
         raise ValueError(f"transform_lines: input lacks columns {missing}; has {lines.columns}")
     spark = lines.sparkSession
-    meta = [F.col(c) for c in ("site", "hour_label", "data_key", "file_sha256", "line_no")]
+    meta = [F.col(c) for c in ("site", "hour_label", "data_key", "file_sha256", "line_no", *keep)]
 
     # Stage 1: valid UTF-8, one trailing CR stripped.
     valid = lines.select(*meta, F.make_valid_utf8(F.col("raw")).alias("raw"))
@@ -365,4 +374,5 @@ def transform_lines(
         "raw",
         *PAGEVIEW_COLUMN_NAMES,
         in_sample_column(F.col("visitor_id")).alias("in_sample"),
+        *keep,
     )

@@ -443,8 +443,11 @@ def test_generated_code_is_jit_compiled(spark, tmp_path) -> None:
     from bq_platform.lib.build_frames import slim
     from bq_platform.lib.spark import JIT_HUGE_METHODS, spark_config
 
-    frame(spark, ODD_LINES[:2]).drop("raw_bytes").write.parquet(str(tmp_path / "lines"))
-    out = transform_lines(spark.read.parquet(str(tmp_path / "lines")), visitor_key=KEY)
+    lines = frame(spark, ODD_LINES[:2]).drop("raw_bytes").withColumn("file_no", F.lit(0))
+    lines.write.parquet(str(tmp_path / "lines"))
+    out = transform_lines(
+        spark.read.parquet(str(tmp_path / "lines")), visitor_key=KEY, keep=["file_no"]
+    )
     largest = max(
         max_generated_method_bytes(spark, out), max_generated_method_bytes(spark, slim(out))
     )
@@ -458,6 +461,15 @@ def test_generated_code_is_jit_compiled(spark, tmp_path) -> None:
             spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
         )
         assert JIT_HUGE_METHODS in list(jvm_flags.getInputArguments())
+
+
+def test_kept_columns_pass_through_after_the_output_columns(spark) -> None:
+    lines = frame(spark, ODD_LINES[:3]).withColumn("file_no", F.col("line_no").cast("int") * 10)
+    out = transform_lines(lines, visitor_key=KEY, keep=["file_no"])
+    assert out.columns == [*OUTPUT_COLUMNS, "file_no"]
+    assert sorted((r["line_no"], r["file_no"]) for r in out.collect()) == [(1, 10), (2, 20), (3, 30)]
+    with pytest.raises(ValueError, match="file_id"):
+        transform_lines(lines, visitor_key=KEY, keep=["file_id"])
 
 
 def test_event_id_is_stable_and_names_file_and_line(spark) -> None:
