@@ -1,10 +1,14 @@
 """The build's per-line rows (:func:`bq_platform.lib.build_frames.slim`): what each category of
 line keeps for the outputs and the per-file counts."""
 
+from pathlib import Path
+
+import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from bq_platform.lib import logformat as lf
-from bq_platform.lib.build_frames import slim
+from bq_platform.lib.build_frames import PLAIN_ENCODED_COLUMNS, slim, write_hour_folders
+from bq_platform.lib.hour_manifests import HOUR_FOLDER_COLUMN
 from bq_platform.lib.transform import (
     CATEGORY_NON_PAGE,
     CATEGORY_OUT_OF_WINDOW,
@@ -66,3 +70,25 @@ def test_a_dead_letter_keeps_what_its_row_needs(spark) -> None:
         )
         assert (row["raw"], row["reason"]) == (LINES[category], reason)
         assert row["page_path"] is None
+
+
+def test_the_id_columns_are_written_without_a_dictionary(spark, tmp_path: Path) -> None:
+    """The IDs are written plain, other columns keep Parquet's dictionary. (Two values each, so
+    a dictionary pays and the writer would keep one: with unique IDs it builds one, then falls
+    back to plain, and the file does not show the difference.)"""
+    two = F.when(F.col("id") % 2 == 0, "a").otherwise("b")
+    rows = spark.range(500).select(
+        *[two.alias(column) for column in PLAIN_ENCODED_COLUMNS],
+        two.alias("page_path"),
+        F.lit(HOUR).alias(HOUR_FOLDER_COLUMN),
+    )
+    write_hour_folders(rows.coalesce(1), tmp_path.as_uri())
+    (path,) = (tmp_path / f"{HOUR_FOLDER_COLUMN}={HOUR}").glob("*.parquet")
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {
+        group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)
+    }
+    assert set(encodings) == {*PLAIN_ENCODED_COLUMNS, "page_path"}
+    for column in PLAIN_ENCODED_COLUMNS:
+        assert not any("DICTIONARY" in e for e in encodings[column]), encodings
+    assert any("DICTIONARY" in e for e in encodings["page_path"]), encodings
