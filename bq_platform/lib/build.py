@@ -294,7 +294,7 @@ def _run_spark(
     t0 = time.monotonic()
     with sql_conf(spark, BUILD_SQL_CONF):
         lines = read_lines(spark, store, kept)
-        classified = transform_lines(lines, visitor_key=visitor_key, window=window, keep=["file_no"])
+        classified = transform_lines(lines, visitor_key=visitor_key, window=window, keep=("file_no",))
         rows = slim(classified).persist()
         try:
             category = F.col("category")

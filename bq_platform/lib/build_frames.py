@@ -56,20 +56,21 @@ def slim(classified: DataFrame) -> DataFrame:
     page = category == CATEGORY_PAGE
     dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
     written = page | dead
+
+    def page_column(name: str) -> Column:
+        """A page column where a row needs it: site for pages and dead letters, the others for
+        pages (event_id is null but for pages already)."""
+        if name == "event_id":
+            return F.col(name)
+        return F.when(written if name == "site" else page, F.col(name)).alias(name)
+
     return classified.select(
         "file_no",
         F.when(written, F.col("hour_label")).alias("hour_label"),
         F.when(dead, F.col("data_key")).alias("data_key"),
         "line_no",
         "category",
-        *[
-            F.col(c)
-            if c == "event_id"  # null but for pages already
-            else F.when(written, F.col(c)).alias(c)
-            if c == "site"
-            else F.when(page, F.col(c)).alias(c)
-            for c in PAGEVIEW_COLUMN_NAMES
-        ],
+        *[page_column(c) for c in PAGEVIEW_COLUMN_NAMES],
         "in_sample",
         F.when(dead, F.col("reason")).alias("reason"),
         F.when(dead, F.col("raw")).alias("raw"),

@@ -30,8 +30,8 @@ from bq_platform.lib.objectstore.base import ObjectStore
 #: builder runs every value through each candidate scheme's statistics (a boxed Scala hash map
 #: lookup per string value for the dictionary scheme), which cost more than the cache saved by
 #: being smaller: persist and per-file counts on the bench's 1x input 8.1-8.6 -> 6.7-6.9 s warm
-#: (with :func:`~bq_platform.lib.build_frames.slim`'s narrow non-page rows; 314 MiB of cache
-#: instead of 215, docs/PERFORMANCE.md). Set for the whole pass: Spark reads the settings when
+#: (with :func:`~bq_platform.lib.build_frames.slim`'s narrow non-page rows; 331 MiB of cache
+#: instead of 210, docs/PERFORMANCE.md). Set for the whole pass: Spark reads the settings when
 #: it plans an action, and the cache's when it persists.
 BUILD_SQL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
