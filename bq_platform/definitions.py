@@ -15,7 +15,10 @@ import dagster as dg
 #: ``get_library_json_enriched_defs``): it imports each ``dagster_dg_cli.registry_modules``
 #: entry point (here ``dagster_gcp.components``, which imports the BigQuery client and pandas)
 #: and renders each type's JSON schema and sample YAML.
-_PLUGIN_DISCOVERY = ("dagster.components.core.package_entry", "discover_entry_point_package_objects")
+_PLUGIN_DISCOVERY = (
+    "dagster.components.core.package_entry",
+    "discover_entry_point_package_objects",
+)
 _PLUGIN_DISCOVERY_LOCK = threading.Lock()
 
 
@@ -33,9 +36,10 @@ def defs_without_component_catalog() -> dg.Definitions:
     show of the component types packages offer; a run never reads it. Building it took 0.64 s
     of the 1.0 s this loads in, on the CPU the JVM starting beside it needs: without it the
     hourly run's first event came ~0.9 s sooner and its first step ~0.35 s sooner (then waiting
-    for the JVM; 3 runs each on the 1x bench input, issue 9, docs/PERFORMANCE.md). Assets, checks, jobs, schedules, sensors and resources are the same
-    (test_definitions.py). If Dagster no longer has the discovery function named in
-    :data:`_PLUGIN_DISCOVERY`, this is :func:`defs` with the catalog.
+    for the JVM; 3 runs each on the 1x bench input, issue 9, docs/PERFORMANCE.md). Assets,
+    checks, jobs, schedules, sensors and resources are the same (test_definitions.py). If
+    Dagster no longer has the discovery function named in :data:`_PLUGIN_DISCOVERY`, this is
+    :func:`defs` with the catalog.
     """
     module = importlib.import_module(_PLUGIN_DISCOVERY[0])
     original = getattr(module, _PLUGIN_DISCOVERY[1], None)

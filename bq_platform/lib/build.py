@@ -294,7 +294,9 @@ def _run_spark(
     t0 = time.monotonic()
     with sql_conf(spark, BUILD_SQL_CONF):
         lines = read_lines(spark, store, kept)
-        classified = transform_lines(lines, visitor_key=visitor_key, window=window, keep=("file_no",))
+        classified = transform_lines(
+            lines, visitor_key=visitor_key, window=window, keep=("file_no",)
+        )
         rows = slim(classified).persist()
         try:
             category = F.col("category")
@@ -341,7 +343,7 @@ def _run_spark(
             if any(r[CATEGORY_REJECTED] for r in file_counts):  # clean data: no job
                 for r in rejected_samples(rows).collect():
                     samples = r.asDict()
-                    data_key = samples.pop("data_key")
+                    data_key = kept[samples.pop("file_no")].data_key
                     per_file[data_key][_SAMPLES] = {
                         k: v for k, v in samples.items() if v is not None
                     }

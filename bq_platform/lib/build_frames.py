@@ -103,9 +103,10 @@ def rejected_counts() -> list[Column]:
 
 
 def rejected_samples(rows: DataFrame) -> DataFrame:
-    """Per file with rejected lines (``data_key``): for each rejection reason, the first such
-    line (``sample:<reason>``, by line number), and the file's last rejected line
-    (``sample:``); raw text cut to :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`.
+    """Per file with rejected lines (``file_no``, as the per-file counts): for each rejection
+    reason, the first such line (``sample:<reason>``, by line number), and the file's last
+    rejected line (``sample:``); raw text cut to
+    :data:`~bq_platform.lib.accounting.MAX_SAMPLE_CHARS`.
 
     Its own aggregation over the rejected rows only, run when the counts show some: ``min_by``
     and ``max_by`` of a string keep a string in the aggregation buffer, which Spark's hash
@@ -121,7 +122,7 @@ def rejected_samples(rows: DataFrame) -> DataFrame:
         for code in lf.REJECT_REASONS
     ]
     columns.append(F.max_by(raw, line_no).alias(_SAMPLE))
-    return rows.where(F.col("category") == CATEGORY_REJECTED).groupBy("data_key").agg(*columns)
+    return rows.where(F.col("category") == CATEGORY_REJECTED).groupBy("file_no").agg(*columns)
 
 
 def write_hour_folders(frame: DataFrame, uri: str) -> None:

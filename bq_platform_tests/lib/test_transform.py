@@ -467,7 +467,11 @@ def test_kept_columns_pass_through_after_the_output_columns(spark) -> None:
     lines = frame(spark, ODD_LINES[:3]).withColumn("file_no", F.col("line_no").cast("int") * 10)
     out = transform_lines(lines, visitor_key=KEY, keep=["file_no"])
     assert out.columns == [*OUTPUT_COLUMNS, "file_no"]
-    assert sorted((r["line_no"], r["file_no"]) for r in out.collect()) == [(1, 10), (2, 20), (3, 30)]
+    assert sorted((r["line_no"], r["file_no"]) for r in out.collect()) == [
+        (1, 10),
+        (2, 20),
+        (3, 30),
+    ]
     with pytest.raises(ValueError, match="file_id"):
         transform_lines(lines, visitor_key=KEY, keep=["file_id"])
 
