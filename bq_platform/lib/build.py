@@ -15,7 +15,9 @@ runs the Spark pass. For a set of UTC hours it:
    file is one split, read in order; numbers lines per file without a shuffle, and classifies
    them with :func:`bq_platform.lib.transform.transform_lines`; the result is persisted once
    per pass;
-5. aggregates per (site, hour, file) and the distinct visitors per (site, hour); a file whose
+5. aggregates per (site, hour, file) and the distinct visitors per (site, hour) (by integer
+   keys, the file's and the site-hour's number in the pass, mapped back on the driver:
+   :func:`bq_platform.lib.build_read.read_lines`); a file whose
    line count differs from its manifest is reported in ``file_mismatches`` (not raised: the
    blocking accounting check reports it, with the other hours still built); the same pass
    counts rejected lines per reason and, when there are some, keeps a few raw ones, for the
@@ -63,6 +65,7 @@ from bq_platform.lib.build_read import (
     DEFAULT_LINES_PER_PASS,
     passes,
     read_lines,
+    site_hour_units,
     sql_conf,
 )
 from bq_platform.lib.deliveries import landed_hours, unreadable_landed_file, verify_landed
@@ -295,7 +298,7 @@ def _run_spark(
     with sql_conf(spark, BUILD_SQL_CONF):
         lines = read_lines(spark, store, kept)
         classified = transform_lines(
-            lines, visitor_key=visitor_key, window=window, keep=("file_no",)
+            lines, visitor_key=visitor_key, window=window, keep=("file_no", "unit_no")
         )
         rows = slim(classified).persist()
         try:
@@ -348,8 +351,9 @@ def _run_spark(
                         k: v for k, v in samples.items() if v is not None
                     }
             pages = rows.where(category == CATEGORY_PAGE)
+            units = site_hour_units(kept)
             for r in (
-                pages.groupBy("site", "hour_label")
+                pages.groupBy("unit_no")
                 .agg(
                     F.count_distinct("visitor_id").alias("visitors"),
                     F.count_distinct(F.when(F.col("in_sample"), F.col("visitor_id"))).alias(
@@ -358,7 +362,7 @@ def _run_spark(
                 )
                 .collect()
             ):
-                visitors[(r["site"], r["hour_label"])] = (int(r["visitors"]), int(r["sampled"]))
+                visitors[units[r["unit_no"]]] = (int(r["visitors"]), int(r["sampled"]))
             n_lines = sum(int(r["lines_read"]) for r in file_counts)  # this pass's files only
             n_pages = sum(int(r[CATEGORY_PAGE]) for r in file_counts)
             log.info(

@@ -42,15 +42,16 @@ PLAIN_ENCODED_COLUMNS: tuple[str, ...] = ("event_id", "visitor_id")
 def slim(classified: DataFrame) -> DataFrame:
     """What the outputs and counts need, per line: page columns for pages, the raw text and
     file for dead letters, and for every line its ``file_no``, ``line_no``, ``category``,
-    ``in_sample`` and ``reason``.
+    ``in_sample`` and ``reason``; for pages also their site-hour's ``unit_no``.
 
     ``classified`` is :func:`~bq_platform.lib.transform.transform_lines`'s output with the
-    build's ``file_no`` kept (:func:`~bq_platform.lib.build_read.read_lines`). The build caches
+    build's ``file_no`` and ``unit_no`` kept (:func:`~bq_platform.lib.build_read.read_lines`).
+    The build caches
     these rows uncompressed (:data:`~bq_platform.lib.build_read.BUILD_SQL_CONF`), so a column
     costs its bytes on every row it is set on: ``site`` and ``hour_label`` are kept for pages
     and dead letters only, ``data_key`` (~80 characters) for dead letters only; a non-page line
     (60% of the bench's lines) keeps only numbers and its category. The per-file counts group
-    by ``file_no``.
+    by ``file_no``, the distinct visitors by ``unit_no``.
     """
     category = F.col("category")
     page = category == CATEGORY_PAGE
@@ -66,6 +67,7 @@ def slim(classified: DataFrame) -> DataFrame:
 
     return classified.select(
         "file_no",
+        F.when(page, F.col("unit_no")).alias("unit_no"),
         F.when(written, F.col("hour_label")).alias("hour_label"),
         F.when(dead, F.col("data_key")).alias("data_key"),
         "line_no",

@@ -79,7 +79,9 @@ def read_lines(
 
     Columns: ``site``, ``hour_label``, ``data_key``, ``file_sha256`` (of the line's landed file),
     ``file_no`` INT (the file's index in ``files``: the build counts per file by it, an integer
-    key instead of the ~80-character data key), ``line_no`` BIGINT, ``raw``.
+    key instead of the ~80-character data key), ``unit_no`` INT (the index of the file's site
+    and hour in :func:`site_hour_units` of ``files``: the build counts distinct visitors per
+    site-hour by it), ``line_no`` BIGINT, ``raw``.
 
     Lines are matched to their landed file by ``input_file_name()``, which is a URI
     (``file:///...`` for local paths, ``gs://...`` on GCS), not the path we passed. The readers'
@@ -111,6 +113,7 @@ def read_lines(
     :func:`listing_conf` lists local files on the driver and caps the job for remote ones.
     """
     by_tail = {m.data_key.split("/", 2)[2]: (i, m) for i, m in enumerate(files)}
+    unit_of = {unit: i for i, unit in enumerate(site_hour_units(files))}
     cores = max(1, spark.sparkContext.defaultParallelism)
     uris, ids, scans = [], [], []
     for group in read_groups(files, cores * _READ_TASKS_PER_CORE):
@@ -134,6 +137,7 @@ def read_lines(
             {
                 "_uri": uris,
                 "file_no": pa.array(ids, pa.int32()),
+                "unit_no": pa.array([unit_of[_site_hour(files[i])] for i in ids], pa.int32()),
                 "site": [files[i].site for i in ids],
                 "hour_label": [layout.hour_label(files[i].hour) for i in ids],
                 "data_key": [files[i].data_key for i in ids],
@@ -149,9 +153,27 @@ def read_lines(
         "data_key",
         "file_sha256",
         "file_no",
+        "unit_no",
         line_no.cast("bigint").alias("line_no"),
         "raw",
     )
+
+
+def _site_hour(manifest: LandedManifest) -> tuple[str, str]:
+    return manifest.site, layout.hour_label(manifest.hour)
+
+
+def site_hour_units(files: Sequence[LandedManifest]) -> list[tuple[str, str]]:
+    """The distinct ``(site, hour_label)`` of ``files``, in order of first appearance.
+
+    A unit's index is the ``unit_no`` of :func:`read_lines`: the build counts distinct visitors
+    per site-hour by that integer instead of two strings (a site name and a 13-character hour
+    label on every page row), and maps the counts back through this list. On the bench's 1x
+    input (72 hours of 50 sites, 765,710 pages) that aggregation's stages took 0.97-1.00 s
+    against 1.22-1.26 s by the strings in cold builds, 0.57-0.69 s against 0.72-0.97 s warm
+    (docs/PERFORMANCE.md).
+    """
+    return list(dict.fromkeys(_site_hour(m) for m in files))
 
 
 def listing_conf(paths: Sequence[str], cores: int) -> dict[str, str]:

@@ -29,8 +29,10 @@ LINES = {
 
 def slim_rows(spark) -> dict[str, dict]:
     """``slim`` of one line per category, by category, as the build calls it."""
-    lines = frame(spark, list(LINES.values())).withColumn("file_no", F.lit(7))
-    rows = slim(transform_lines(lines, visitor_key=KEY, keep=["file_no"])).collect()
+    lines = frame(spark, list(LINES.values())).select(
+        "*", F.lit(7).alias("file_no"), F.lit(3).alias("unit_no")
+    )
+    rows = slim(transform_lines(lines, visitor_key=KEY, keep=["file_no", "unit_no"])).collect()
     return {r["category"]: r.asDict() for r in rows}
 
 
@@ -47,6 +49,17 @@ def test_a_non_page_line_keeps_no_text(spark) -> None:
     texts = {k: v for k, v in row.items() if isinstance(v, str) and k != "category"}
     assert texts == {}
     assert row["in_sample"] is False
+    assert row["unit_no"] is None  # the distinct visitors count pages only
+
+
+def test_a_page_keeps_its_site_hour_number(spark) -> None:
+    rows = slim_rows(spark)
+    assert {c: r["unit_no"] for c, r in rows.items()} == {
+        CATEGORY_PAGE: 3,
+        CATEGORY_NON_PAGE: None,
+        CATEGORY_REJECTED: None,
+        CATEGORY_OUT_OF_WINDOW: None,
+    }
 
 
 def test_a_page_keeps_its_columns_but_not_the_file_or_raw_text(spark) -> None:

@@ -8,8 +8,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bq_platform.lib import layout
 from bq_platform.lib.build import build_hours
-from bq_platform.lib.build_read import listing_conf, passes, read_groups, read_lines
+from bq_platform.lib.build_read import (
+    listing_conf,
+    passes,
+    read_groups,
+    read_lines,
+    site_hour_units,
+)
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import (
@@ -47,6 +54,50 @@ def test_line_numbers_exact_with_many_small_files(spark, tmp_path) -> None:
         for c in m.counts:
             lines = by_site_hour[(c.site, m.hour)]
             assert c.rejected_samples == (lines[0], lines[-1]), (c.site, m.hour)
+
+
+def test_site_hour_units_number_each_site_and_hour_once_in_file_order() -> None:
+    def landed(site: str, hour: dt.datetime, name: str) -> LandedManifest:
+        return LandedManifest(site, hour, f"k/{name}", 1, 1, name * 64)
+
+    files = [
+        landed("b.example", H_NASA_2, "a"),
+        landed("a.example", H_NASA_2, "b"),
+        landed("b.example", H_NASA_2, "c"),  # a second delivery of the first site-hour
+        landed("b.example", H_NASA_1, "d"),
+    ]
+    label_1, label_2 = layout.hour_label(H_NASA_1), layout.hour_label(H_NASA_2)
+    assert site_hour_units(files) == [
+        ("b.example", label_2),
+        ("a.example", label_2),
+        ("b.example", label_1),
+    ]
+
+
+def test_every_line_carries_its_files_site_hour_number(spark, tmp_path) -> None:
+    """The build counts distinct visitors per ``unit_no`` and maps it back through
+    :func:`site_hour_units`: each line's number must name its own file's site and hour, also
+    with several files per site-hour and files of several read tasks."""
+    store = LocalObjectStore(tmp_path / "lake")
+    files = [
+        land(store, site, hour, [f"{site} {hour:%H} {n} {i}".encode() for n in range(3)], name=n)
+        for i, (site, hour, n) in enumerate(
+            [
+                ("b.example", H_NASA_2, "x.log.gz"),
+                ("a.example", H_NASA_1, "x.log.gz"),
+                ("b.example", H_NASA_2, "y.log.gz"),
+                ("a.example", H_NASA_2, "x.log.gz"),
+                ("b.example", H_NASA_1, "x.log.gz"),
+            ]
+        )
+    ]
+    units = site_hour_units(files)
+    rows = read_lines(spark, store, files).collect()
+    assert len(rows) == 15
+    for row in rows:
+        assert units[row["unit_no"]] == (row["site"], row["hour_label"]), row
+        assert row["raw"].startswith(f"{row['site']} {row['hour_label'][-2:]} ")
+    assert {r["unit_no"] for r in rows} == set(range(len(units))) and len(units) == 4
 
 
 def test_passes_cut_whole_hours_in_hour_order() -> None:

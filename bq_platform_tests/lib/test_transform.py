@@ -443,10 +443,16 @@ def test_generated_code_is_jit_compiled(spark, tmp_path) -> None:
     from bq_platform.lib.build_frames import slim
     from bq_platform.lib.spark import JIT_HUGE_METHODS, spark_config
 
-    lines = frame(spark, ODD_LINES[:2]).drop("raw_bytes").withColumn("file_no", F.lit(0))
+    lines = (
+        frame(spark, ODD_LINES[:2])
+        .drop("raw_bytes")
+        .select("*", F.lit(0).alias("file_no"), F.lit(0).alias("unit_no"))
+    )
     lines.write.parquet(str(tmp_path / "lines"))
     out = transform_lines(
-        spark.read.parquet(str(tmp_path / "lines")), visitor_key=KEY, keep=["file_no"]
+        spark.read.parquet(str(tmp_path / "lines")),
+        visitor_key=KEY,
+        keep=["file_no", "unit_no"],
     )
     largest = max(
         max_generated_method_bytes(spark, out), max_generated_method_bytes(spark, slim(out))
