@@ -46,12 +46,11 @@ def slim(classified: DataFrame) -> DataFrame:
 
     ``classified`` is :func:`~bq_platform.lib.transform.transform_lines`'s output with the
     build's ``file_no`` and ``unit_no`` kept (:func:`~bq_platform.lib.build_read.read_lines`).
-    The build caches
-    these rows uncompressed (:data:`~bq_platform.lib.build_read.BUILD_SQL_CONF`), so a column
-    costs its bytes on every row it is set on: ``site`` and ``hour_label`` are kept for pages
-    and dead letters only, ``data_key`` (~80 characters) for dead letters only; a non-page line
-    (60% of the bench's lines) keeps only numbers and its category. The per-file counts group
-    by ``file_no``, the distinct visitors by ``unit_no``.
+    The build caches these rows uncompressed (:data:`~bq_platform.lib.build_read.BUILD_SQL_CONF`),
+    so a column costs its bytes on every row it is set on: ``site`` and ``hour_label`` are kept
+    for pages and dead letters only, ``data_key`` (~80 characters) for dead letters only; a
+    non-page line (60% of the bench's lines) keeps only numbers and its category. The per-file
+    counts group by ``file_no``, the distinct visitors by ``unit_no``.
     """
     category = F.col("category")
     page = category == CATEGORY_PAGE
