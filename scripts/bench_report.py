@@ -55,6 +55,39 @@ def machine() -> dict:
     return info
 
 
+def median_index(values: list[float]) -> int:
+    """Index of the median of ``values`` (of the lower of the two middle ones for an even
+    count), with equal values in their order in ``values``.
+
+    Raises:
+        ValueError: if ``values`` is empty.
+    """
+    if not values:
+        raise ValueError("no values")
+    order = sorted(range(len(values)), key=lambda i: (values[i], i))
+    return order[(len(values) - 1) // 2]
+
+
+def trials_sentence(r: dict) -> str:
+    """How one scale's figures were taken, when it was measured more than once ("" if once):
+    each step's trials in seconds, in the order run, and that the figures are the medians."""
+    trials = r.get("trials") or {}
+    if len(trials.get("run", [])) < 2:
+        return ""
+    names = {"bare_spark": "bare Spark", "land": "`land`", "run": "`run`"}
+    parts = [
+        f"{names[k]} {' / '.join(f'{x:.1f}' for x in trials[k])} s"
+        for k in ("bare_spark", "land", "run")
+        if k in trials
+    ]
+    return (
+        f"At {r['scale']}x the bare Spark job and `land` + `run` were measured "
+        f"{len(trials['run'])} times, alternating, each `run` on a fresh home; the figures are "
+        f"each step's median trial ({'; '.join(parts)}), and the Dagster and ledger figures are "
+        "the median `run`'s."
+    )
+
+
 def derived(r: dict) -> dict:
     """Ratios, rates and the daily overhead of one scale's result."""
     spark, duck = r["bare_spark"]["seconds"], r["bare_duckdb"]["seconds"]
@@ -115,6 +148,8 @@ def summary_text(report: dict) -> str:
             f"peak JVM {r['run']['peak_jvm_mib']} MiB, "
             f"driver Python {r['run']['peak_python_mib']} MiB"
         )
+        if trials_sentence(r):
+            lines.append("  " + trials_sentence(r))
     http = report.get("http")
     if http and "runs" in http:
         lines.append(
@@ -174,6 +209,8 @@ def markdown(report: dict, block: str = "main") -> str:
         ok = value <= limit if at_most else value >= limit
         sign = "<=" if at_most else ">="
         out.append(f"| {label} | {sign} {_fmt(limit)} | {_fmt(value)} | {'yes' if ok else 'NO'} |")
+    if trials_sentence(base):
+        out += ["", trials_sentence(base)]
     out += [
         "",
         "### Side by side, per scale",

@@ -1,6 +1,8 @@
-"""The bench report's verdict on the machine (scripts/bench_report.py)."""
+"""The bench report (scripts/bench_report.py): its verdict on the machine, and how repeated
+trials become one figure."""
 
 import bench_report
+import pytest
 
 
 def _report(*loads: list[float]) -> dict:
@@ -17,3 +19,31 @@ def test_the_bench_s_own_load_after_a_step_is_not_a_busy_machine() -> None:
 def test_load_above_the_cores_before_a_step_is_a_busy_machine() -> None:
     assert bench_report._busy(_report([0.8, 2.3], [4.5, 6.0]))
     assert not bench_report._busy(_report())
+
+
+def test_the_median_trial_is_the_middle_one_by_seconds() -> None:
+    assert bench_report.median_index([38.4, 31.3, 35.7]) == 2
+    assert bench_report.median_index([16.4]) == 0
+    # an even count takes the lower middle; equal values keep their order
+    assert bench_report.median_index([4.0, 1.0, 3.0, 2.0]) == 3
+    assert bench_report.median_index([2.0, 2.0, 2.0]) == 1
+    with pytest.raises(ValueError):
+        bench_report.median_index([])
+
+
+def test_repeated_trials_are_named_with_their_seconds() -> None:
+    once = {"scale": 1, "trials": {"bare_spark": [16.4], "land": [2.3], "run": [35.7]}}
+    assert bench_report.trials_sentence(once) == ""
+    assert bench_report.trials_sentence({"scale": 4}) == ""
+    three = {
+        "scale": 1,
+        "trials": {
+            "bare_spark": [16.4, 15.9, 17.0],
+            "land": [2.3, 2.0, 2.1],
+            "run": [35.7, 31.2, 33.0],
+        },
+    }
+    text = bench_report.trials_sentence(three)
+    assert "measured 3 times" in text
+    assert "bare Spark 16.4 / 15.9 / 17.0 s" in text
+    assert "`run` 35.7 / 31.2 / 33.0 s" in text
