@@ -64,7 +64,7 @@ def median_index(values: list[float]) -> int:
     """
     if not values:
         raise ValueError("no values")
-    order = sorted(range(len(values)), key=lambda i: (values[i], i))
+    order = sorted(range(len(values)), key=values.__getitem__)  # stable: ties keep their order
     return order[(len(values) - 1) // 2]
 
 
@@ -75,11 +75,7 @@ def trials_sentence(r: dict) -> str:
     if len(trials.get("run", [])) < 2:
         return ""
     names = {"bare_spark": "bare Spark", "land": "`land`", "run": "`run`"}
-    parts = [
-        f"{names[k]} {' / '.join(f'{x:.1f}' for x in trials[k])} s"
-        for k in ("bare_spark", "land", "run")
-        if k in trials
-    ]
+    parts = [f"{name} {' / '.join(f'{x:.1f}' for x in trials[k])} s" for k, name in names.items()]
     return (
         f"At {r['scale']}x the bare Spark job and `land` + `run` were measured "
         f"{len(trials['run'])} times, alternating, each `run` on a fresh home; the figures are "
