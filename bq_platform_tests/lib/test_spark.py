@@ -4,7 +4,12 @@ import shutil
 import subprocess
 import sys
 
-from bq_platform.lib.spark import JIT_HUGE_METHODS, LOCAL_GC, spark_config
+from bq_platform.lib.spark import (
+    JIT_HUGE_METHODS,
+    LOCAL_GC,
+    LOCAL_JIT_THRESHOLDS,
+    spark_config,
+)
 from bq_platform.lib.spark_cds import (
     ARCHIVE_ENV,
     QUIET_CDS,
@@ -17,11 +22,11 @@ from bq_platform.lib.spark_cds import (
 def test_a_local_driver_uses_the_throughput_collector_and_clusters_keep_theirs() -> None:
     for master in ("local[2]", "local[*]", "local"):
         options = spark_config(master)["spark.driver.extraJavaOptions"].split()
-        assert LOCAL_GC in options and JIT_HUGE_METHODS in options
+        assert {LOCAL_GC, LOCAL_JIT_THRESHOLDS, JIT_HUGE_METHODS} <= set(options)
     for master in ("spark://host:7077", "yarn", "k8s://https://host:443"):
         config = spark_config(master)
-        assert LOCAL_GC not in config["spark.driver.extraJavaOptions"].split()
-        assert LOCAL_GC not in config["spark.executor.extraJavaOptions"].split()
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            assert not {LOCAL_GC, LOCAL_JIT_THRESHOLDS} & set(config[key].split())
 
 
 def test_the_local_session_runs_with_the_parallel_collector(spark) -> None:
@@ -29,6 +34,17 @@ def test_the_local_session_runs_with_the_parallel_collector(spark) -> None:
     collectors = {bean.getName() for bean in management.getGarbageCollectorMXBeans()}
     # HotSpot's names for -XX:+UseParallelGC; G1 would be "G1 Young Generation", ...
     assert collectors == {"PS Scavenge", "PS MarkSweep"}, collectors
+
+
+def test_the_local_session_compiles_with_scaled_thresholds(spark) -> None:
+    """The option reaches the JVM (a typo in a -XX flag would stop it from starting; a value
+    HotSpot ignores would show here)."""
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    hotspot = management.getPlatformMXBean(
+        spark.sparkContext._jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class
+    )
+    expected = LOCAL_JIT_THRESHOLDS.split("=", 1)[1]
+    assert float(hotspot.getVMOption("CompileThresholdScaling").getValue()) == float(expected)
 
 
 def test_the_class_archive_is_used_only_where_it_exists(tmp_path, monkeypatch) -> None:
