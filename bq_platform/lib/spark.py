@@ -46,8 +46,8 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
     ``-Dlog4j2.configurationFile``; PySpark starts that JVM with this config), unless
     ``BQ_PLATFORM_SPARK_VERBOSE`` is set (``bq-platform -v``). The driver and the executors get
     :data:`JIT_HUGE_METHODS`; a ``spark-submit`` outside this config must pass it too. A local
-    driver also gets and :data:`LOCAL_GC`, :data:`LOCAL_JIT_THRESHOLDS` and, once ``make install`` wrote it, the class archive of
-    :mod:`bq_platform.lib.spark_cds`.
+    driver also gets :data:`LOCAL_GC`, :data:`LOCAL_JIT_THRESHOLDS` and, once ``make install``
+    wrote it, the class archive of :mod:`bq_platform.lib.spark_cds`.
 
     Returns:
         A dict for ``SparkSession.builder.config`` / ``dagster_pyspark.PySparkResource``.
