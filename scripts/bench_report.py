@@ -142,7 +142,9 @@ def summary_text(report: dict) -> str:
             f"run/Spark {d['run_vs_spark']:.2f}x, land+run/Spark {d['land_run_vs_spark']:.2f}x, "
             f"run/DuckDB {d['run_vs_duckdb']:.2f}x; overhead {d['overhead_s_day']:.1f} s/day; "
             f"peak JVM {r['run']['peak_jvm_mib']} MiB, "
-            f"driver Python {r['run']['peak_python_mib']} MiB"
+            f"driver Python {r['run']['peak_python_mib']} MiB; "
+            f"CPU s (JVM + Python): run {_cpu(r['run'], 'jvm')} + {_cpu(r['run'], 'python')}, "
+            f"bare Spark {_cpu(r['bare_spark'], 'jvm')} + {_cpu(r['bare_spark'], 'python')}"
         )
         if trials_sentence(r):
             lines.append("  " + trials_sentence(r))
@@ -244,6 +246,7 @@ def markdown(report: dict, block: str = "main") -> str:
             f"| {r['run']['peak_python_mib']} | {r['bare_spark']['peak_jvm_mib']} "
             f"| {r['land']['peak_python_mib']} |"
         )
+    out += cpu_markdown(results)
     out += ["", "### Daily overhead (Dagster runs minus the Spark build step), s", ""]
     out += ["| scale | days | per day | no-op `run` (nothing due) |", "|---|---|---|---|"]
     for r in results:
@@ -276,6 +279,35 @@ def markdown(report: dict, block: str = "main") -> str:
     out += http_markdown(report.get("http"))
     out += ["", END.format(block=block)]
     return "\n".join(out)
+
+
+def _cpu(step: dict, kind: str) -> str:
+    value = step.get(f"cpu_{kind}_s")
+    return "-" if value is None else f"{value:.1f}"
+
+
+def cpu_markdown(results: list[dict]) -> list[str]:
+    """The CPU-seconds table: per scale, each step's JVM and Python processes
+    (``scripts/process_sampler.py``; "-" where a report has no such figure), and ``run``'s
+    total against the bare Spark job's. On 2 cores, a step's CPU seconds over 2 bound its wall
+    time from below, whatever else the machine ran."""
+    out = [
+        "",
+        "### CPU seconds (JVM and Python processes, sampled every 0.2 s)",
+        "",
+        "| scale | bare Spark: JVM | bare Spark: Python | `land`: Python | `run`: JVM "
+        "| `run`: Python | `run` / bare Spark, CPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        bare, land, run = r["bare_spark"], r["land"], r["run"]
+        totals = [step.get("cpu_jvm_s", 0) + step.get("cpu_python_s", 0) for step in (bare, run)]
+        ratio = f"{totals[1] / totals[0]:.2f}x" if all(totals) else "-"
+        out.append(
+            f"| {r['scale']}x | {_cpu(bare, 'jvm')} | {_cpu(bare, 'python')} "
+            f"| {_cpu(land, 'python')} | {_cpu(run, 'jvm')} | {_cpu(run, 'python')} | {ratio} |"
+        )
+    return out
 
 
 def _bytes(value: int | None) -> str:

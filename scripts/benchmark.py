@@ -9,8 +9,9 @@ the real logs, 50 sites, 3 UTC days), it measures:
 2. the pipeline: ``bq-platform land-tree`` then ``bq-platform run`` as subprocesses of
    ``.venv/bin/bq-platform`` with a temporary ``BQ_PLATFORM_HOME``/``DAGSTER_HOME`` and
    ``BQ_PLATFORM_SPARK_MASTER`` = the bare job's master; then a second, no-op ``run``;
-3. peak memory: every process of a step is sampled from ``/proc`` (``VmHWM``, the kernel's
-   peak resident size) every 0.2 s; the JVM (``java``) and the Python driver are kept apart;
+3. peak memory and CPU seconds: every process of a step is sampled from ``/proc`` (``VmHWM``,
+   the kernel's peak resident size; ``utime`` + ``stime``) every 0.2 s
+   (``scripts/process_sampler.py``); the JVMs (``java``) and the Python processes apart;
 4. from the Dagster instance the run left behind: per day, the hourly and daily runs' seconds
    and the Spark build step's, so the daily overhead (runs, warehouse jobs, checks) is the
    runs' time minus the build step;
@@ -44,66 +45,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import bench_report
 import synthetic_logs
+from process_sampler import TreeSampler
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
 PERFORMANCE_MD = REPO / "docs" / "PERFORMANCE.md"
 BUILD_STEP = "pageview_files"  # the Spark build step's key contains this
 _STEP_TIMEOUT_S = 3 * 3600
-
-
-class PeakSampler(threading.Thread):
-    """Peak resident memory (MiB) of a process tree, JVMs and Python processes apart."""
-
-    def __init__(self, root: int, interval: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.root, self.interval = root, interval
-        self.peaks: dict[str, float] = {"jvm": 0.0, "python": 0.0}
-        self._stop = threading.Event()
-
-    def _tree(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        out, todo = [], [self.root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo += children.get(pid, [])
-        return out
-
-    def sample(self) -> None:
-        for pid in self._tree():
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            try:
-                program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
-            except OSError:
-                continue
-            name = program.rsplit(b"/", 1)[-1]
-            kind = "jvm" if name == b"java" else "python" if name.startswith(b"python") else None
-            for line in status.splitlines():
-                if kind and line.startswith("VmHWM:"):
-                    self.peaks[kind] = max(self.peaks[kind], int(line.split()[1]) / 1024)
-
-    def run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def run_step(name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> dict:
@@ -119,7 +72,7 @@ def run_step(name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> d
         proc = subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
         )
-        sampler = PeakSampler(proc.pid)
+        sampler = TreeSampler(proc.pid)
         sampler.start()
         try:
             stdout, _ = proc.communicate(timeout=_STEP_TIMEOUT_S)
@@ -138,6 +91,8 @@ def run_step(name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> d
         "stdout": stdout,
         "peak_jvm_mib": round(sampler.peaks["jvm"]),
         "peak_python_mib": round(sampler.peaks["python"]),
+        "cpu_jvm_s": round(sampler.cpu["jvm"], 1),
+        "cpu_python_s": round(sampler.cpu["python"], 1),
         "load": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
 

@@ -47,3 +47,17 @@ def test_repeated_trials_are_named_with_their_seconds() -> None:
     assert "measured 3 times" in text
     assert "bare Spark 16.4 / 15.9 / 17.0 s" in text
     assert "`run` 35.7 / 31.2 / 33.0 s" in text
+
+
+def test_the_cpu_table_gives_each_step_s_processes_and_run_against_bare_spark() -> None:
+    result = {
+        "scale": 1,
+        "bare_spark": {"cpu_jvm_s": 25.7, "cpu_python_s": 0.3},
+        "land": {"cpu_python_s": 3.1},
+        "run": {"cpu_jvm_s": 45.1, "cpu_python_s": 12.5},
+    }
+    table = bench_report.cpu_markdown([result])
+    assert table[-1] == "| 1x | 25.7 | 0.3 | 3.1 | 45.1 | 12.5 | 2.22x |"  # 57.6 / 26.0
+    # a report written before the CPU was sampled: dashes, no ratio
+    old = {"scale": 4, "bare_spark": {}, "land": {}, "run": {}}
+    assert bench_report.cpu_markdown([old])[-1] == "| 4x | - | - | - | - | - | - |"
