@@ -5,7 +5,10 @@ Runs ``build_hours`` once in a fresh driver JVM, with the session config of
 a scratch folder), with Spark's event log on; then prints each stage from that log: when it was
 submitted (seconds after the application started), its wall seconds, tasks, and the executor
 run, CPU and GC seconds summed over its tasks. Run time above CPU time is time the task threads
-waited for a core (the JIT compiler and GC threads share the 2 cores) or for the disk.
+waited for a core (the JIT compiler and GC threads share the 2 cores) or for the disk. Before
+the JVM stops it also prints its live threads' CPU seconds by group (:func:`thread_cpu`: the
+JIT compilers, the collector, the task threads, the rest): how much of a cold build the JIT
+takes (docs/PERFORMANCE.md, "The JIT's share of a cold build").
 
 Usage: ``.venv/bin/python scripts/build_stages.py LAKE [FIRST_HOUR HOURS]``, where LAKE holds a
 ``landing`` folder (e.g. ``DIR/home-1x/lake`` of ``scripts/benchmark.py --scales 1 --keep --work
@@ -23,6 +26,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 STAGE_COMPLETED = "SparkListenerStageCompleted"
+#: HotSpot's thread names (``/proc/<pid>/task/<tid>/comm``, cut to 15 characters) by group.
+THREAD_GROUPS = (("C1 CompilerThre", "JIT compilers"), ("C2 CompilerThre", "JIT compilers"))
+THREAD_GROUPS += (("GC Thread", "garbage collector"), ("Executor task", "task threads"))
 APPLICATION_START = "SparkListenerApplicationStart"
 
 
@@ -60,6 +66,34 @@ def stage_rows(events: Iterable[str]) -> list[dict]:
     return rows
 
 
+def thread_cpu(threads: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per thread group (:data:`THREAD_GROUPS`, else ``other``), from ``(thread name,
+    CPU seconds)`` pairs; ``all`` is their sum. Threads that ended before the sample are not in
+    the pairs (Spark's task threads are pooled and live on), so ``all`` can be below the
+    process's own CPU time."""
+    groups: dict[str, float] = {"all": 0.0}
+    for name, seconds in threads:
+        group = next((g for prefix, g in THREAD_GROUPS if name.startswith(prefix)), "other")
+        groups[group] = groups.get(group, 0.0) + seconds
+        groups["all"] += seconds
+    return groups
+
+
+def _jvm_threads(pid: int) -> list[tuple[str, float]]:
+    """``(name, CPU seconds)`` of each live thread of process ``pid`` (proc(5): ``utime`` +
+    ``stime``, fields 14 and 15 of ``task/<tid>/stat``)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out.append((name, (int(fields[11]) + int(fields[12])) / ticks))
+    return out
+
+
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 4):
         print(__doc__, file=sys.stderr)
@@ -95,10 +129,16 @@ def main(argv: list[str]) -> int:
             spark, LocalObjectStore(scratch), hours, attempt_id="stages", visitor_key="k"
         )
         seconds = time.monotonic() - started
+        jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        cpu = thread_cpu(_jvm_threads(jvm))
         spark.stop()
         (event_log,) = [p for p in log_dir.rglob("*") if p.is_file() and "appstatus" not in p.name]
         rows = stage_rows(event_log.read_text().splitlines())
     print(f"build of {len(hours)} hours: {seconds:.1f} s, {sum(m.rows for m in manifests):,} rows")
+    print(
+        "JVM CPU by thread (live threads, session start included): "
+        + ", ".join(f"{group} {value:.1f} s" for group, value in sorted(cpu.items()))
+    )
     print(
         f"{'stage':>5} {'at s':>7} {'wall s':>7} {'tasks':>5} {'run s':>7} {'cpu s':>7} {'gc s':>6}"
     )

@@ -44,3 +44,23 @@ def test_stages_in_seconds_from_the_application_start() -> None:
 def test_a_stage_before_the_application_start_is_not_an_event_log() -> None:
     with pytest.raises(ValueError, match="ApplicationStart"):
         build_stages.stage_rows([_stage(0, 1, 2)])
+
+
+def test_jvm_threads_are_grouped_by_hotspot_s_names() -> None:
+    threads = [
+        ("C2 CompilerThre", 10.5),
+        ("C1 CompilerThre", 2.0),
+        ("GC Thread#0", 0.75),
+        ("GC Thread#1", 0.75),
+        ("Executor task l", 9.0),
+        ("Thread-3", 3.5),
+    ]
+    groups = build_stages.thread_cpu(threads)
+    assert groups == {
+        "JIT compilers": 12.5,
+        "garbage collector": 1.5,
+        "task threads": 9.0,
+        "other": 3.5,
+        "all": 26.5,
+    }
+    assert build_stages.thread_cpu([]) == {"all": 0.0}
