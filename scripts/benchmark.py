@@ -182,18 +182,16 @@ def bench_scale(scale: int, args: argparse.Namespace, mix: synthetic_logs.Mix, w
         bare_spark.append(bare_step("spark", scale, gen, work, args.master, env, logs))
         home = work / (f"home-{scale}x" if trial == 0 else f"home-{scale}x-{trial + 1}")
         pipelines.append(pipeline_steps(scale, gen, home, args.master, env, logs))
-    spark_at = bench_report.median_index([s["seconds"] for s in bare_spark])
-    land_at = bench_report.median_index([p["land"]["seconds"] for p in pipelines])
-    run_at = bench_report.median_index([p["run"]["seconds"] for p in pipelines])
-    result["bare_spark"] = bare_spark[spark_at]
-    result["land"] = pipelines[land_at]["land"]
-    result["run"] = pipelines[run_at]["run"]
-    result["noop_run"] = pipelines[run_at]["noop_run"]
-    result["trials"] = {
+    trial_s = result["trials"] = {
         "bare_spark": [s["seconds"] for s in bare_spark],
         "land": [p["land"]["seconds"] for p in pipelines],
         "run": [p["run"]["seconds"] for p in pipelines],
     }
+    run_at = bench_report.median_index(trial_s["run"])
+    result["bare_spark"] = bare_spark[bench_report.median_index(trial_s["bare_spark"])]
+    result["land"] = pipelines[bench_report.median_index(trial_s["land"])]["land"]
+    result["run"] = pipelines[run_at]["run"]
+    result["noop_run"] = pipelines[run_at]["noop_run"]
     home = pipelines[run_at]["home"]
     try:
         result["steps"] = {}

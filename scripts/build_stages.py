@@ -25,11 +25,17 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from process_sampler import cpu_seconds, stat_fields
+
 STAGE_COMPLETED = "SparkListenerStageCompleted"
-#: HotSpot's thread names (``/proc/<pid>/task/<tid>/comm``, cut to 15 characters) by group.
-THREAD_GROUPS = (("C1 CompilerThre", "JIT compilers"), ("C2 CompilerThre", "JIT compilers"))
-THREAD_GROUPS += (("GC Thread", "garbage collector"), ("Executor task", "task threads"))
 APPLICATION_START = "SparkListenerApplicationStart"
+#: Prefixes of HotSpot's thread names (``task/<tid>/comm``, cut to 15 characters) by group.
+THREAD_GROUPS = (
+    ("C1 CompilerThre", "JIT compilers"),
+    ("C2 CompilerThre", "JIT compilers"),
+    ("GC Thread", "garbage collector"),
+    ("Executor task", "task threads"),
+)
 
 
 def stage_rows(events: Iterable[str]) -> list[dict]:
@@ -80,17 +86,16 @@ def thread_cpu(threads: Iterable[tuple[str, float]]) -> dict[str, float]:
 
 
 def _jvm_threads(pid: int) -> list[tuple[str, float]]:
-    """``(name, CPU seconds)`` of each live thread of process ``pid`` (proc(5): ``utime`` +
-    ``stime``, fields 14 and 15 of ``task/<tid>/stat``)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    """``(name, CPU seconds)`` of each live thread of process ``pid`` (``task/<tid>/stat``, read
+    by :mod:`process_sampler`'s helpers)."""
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             name = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields((task / "stat").read_text())
         except OSError:
             continue
-        out.append((name, (int(fields[11]) + int(fields[12])) / ticks))
+        out.append((name, cpu_seconds(fields)))
     return out
 
 

@@ -16,6 +16,19 @@ KINDS = ("jvm", "python")
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
+def stat_fields(text: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat`` line after the
+    command name (which may hold blanks and parentheses): ``[0]`` is proc(5)'s field 3, the
+    state, ``[1]`` the parent's pid."""
+    return text.rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """CPU seconds of a process or thread, user plus system (proc(5): fields 14 ``utime`` and 15
+    ``stime``, in clock ticks), from :func:`stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_SECOND
+
+
 def _kind(pid: int) -> str | None:
     try:
         program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
@@ -56,7 +69,7 @@ class TreeSampler(threading.Thread):
         stats: dict[int, list[str]] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
+                fields = stat_fields(stat.read_text())
             except OSError:
                 continue
             pid = int(stat.parent.name)
@@ -76,8 +89,7 @@ class TreeSampler(threading.Thread):
             kind = _kind(pid)  # each time: spark-submit's shell execs java in the same pid
             if kind is None:
                 continue
-            # proc(5): fields 14 and 15 (utime, stime), in clock ticks; [0] here is field 3
-            self._cpu[pid] = (kind, (int(fields[11]) + int(fields[12])) / _TICKS_PER_SECOND)
+            self._cpu[pid] = (kind, cpu_seconds(fields))
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
