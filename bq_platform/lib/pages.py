@@ -77,10 +77,26 @@ def is_page(method: str | None, path: str | None, status: int | None) -> bool:
     )
 
 
-def extension_column(path: Column) -> Column:
-    """Spark expression of :func:`path_extension` (``''`` when there is none; null for null)."""
-    without_query = F.substring_index(path, "?", 1)
-    return F.lower(F.regexp_extract(without_query, "(?s)" + EXTENSION_PATTERN + r"\z", 1))
+#: Java regex (``rlike``) for a path, query removed, whose AWStats extension is in
+#: :data:`NOT_PAGE_EXTENSIONS`: a dot, one of them, the end. The same paths as
+#: :func:`path_extension` in the list: the extension is the 1-6 word characters after the *last*
+#: dot (a word character is never a dot), and every listed extension has at most 6. ``(?i)``
+#: without ``UNICODE_CASE`` folds ASCII letters only, as ``re.ASCII`` does for ``.lower()`` of an
+#: ASCII-only extension. One regex instead of ``lower(regexp_extract(...))``: Spark 4's
+#: ``lower`` maps case with ICU (``spark.sql.icu.caseMappings.enabled``, default true), and
+#: the first call initialises ``CollationAwareUTF8String``'s title-case table, 1.2-1.3 s on one
+#: core of a cold JVM while the other task threads that reach ``lower`` wait for it (measured:
+#: ``Class.forName`` in a fresh JVM; docs/PERFORMANCE.md, issue 9).
+NOT_PAGE_PATH_PATTERN = r"(?i)(?s)\.(?:" + "|".join(NOT_PAGE_EXTENSIONS) + r")\z"
+
+
+def not_page_path_column(path: Column) -> Column:
+    """Spark expression: ``path``'s extension (query removed) is in the NotPageList.
+
+    Boolean, null for a null path; :func:`path_extension` in :data:`NOT_PAGE_EXTENSIONS` is
+    the reference.
+    """
+    return F.substring_index(path, "?", 1).rlike(NOT_PAGE_PATH_PATTERN)
 
 
 def is_page_column(method: Column, path: Column, status: Column) -> Column:
@@ -92,6 +108,6 @@ def is_page_column(method: Column, path: Column, status: Column) -> Column:
     condition = (
         method.isin(*sorted(PAGE_METHODS))
         & status.isin(*sorted(PAGE_STATUSES))
-        & ~extension_column(path).isin(*NOT_PAGE_EXTENSIONS)
+        & ~not_page_path_column(path)
     )
     return F.coalesce(condition, F.lit(False))

@@ -6,9 +6,9 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib.pages import (
     NOT_PAGE_EXTENSIONS,
-    extension_column,
     is_page,
     is_page_column,
+    not_page_path_column,
     path_extension,
 )
 
@@ -37,6 +37,14 @@ CASES = [
     ("GET", "/page.html?img=a.gif", 200, True),  # extension is read before the query
     ("GET", "/archive.tar.gz", 200, True),  # gz is not in NotPageList
     ("GET", "/a.verylongext", 200, True),  # more than 6 word characters: no extension
+    ("GET", "/a.b.Css", 200, False),  # the last dot's extension, any case
+    ("GET", "/logo.xcss", 200, True),  # an extension that ends like a listed one
+    ("GET", "/a.gif.x-y", 200, True),  # no extension: '-' is not a word character
+    ("GET", "/a.JS/", 200, True),
+    ("GET", "/.gif", 200, False),
+    ("GET", "/A.SWF?x.html", 304, False),
+    ("GET", "/caf\u00e9.gif", 200, False),
+    ("GET", "/a.\u00c7SS", 200, True),  # case folds ASCII letters only, as re.ASCII does
     ("GET", "/history/apollo/apollo.html", 302, False),  # redirects are not pages
     ("GET", "/missing.html", 404, False),
     ("GET", "/error.html", 500, False),
@@ -90,11 +98,11 @@ def test_spark_expression_agrees_with_reference(spark) -> None:
         .select(
             "i",
             is_page_column(F.col("method"), F.col("path"), F.col("status")).alias("page"),
-            extension_column(F.col("path")).alias("ext"),
+            not_page_path_column(F.col("path")).alias("not_page_path"),
         )
         .collect()
     )
-    got = {r["i"]: (r["page"], r["ext"]) for r in rows}
+    got = {r["i"]: (r["page"], r["not_page_path"]) for r in rows}
     for i, (method, path, status, expected) in enumerate(CASES):
-        want_ext = None if path is None else path_extension(path)
-        assert got[i] == (expected, want_ext), (method, path, status)
+        not_page_path = None if path is None else path_extension(path) in NOT_PAGE_EXTENSIONS
+        assert got[i] == (expected, not_page_path), (method, path, status)

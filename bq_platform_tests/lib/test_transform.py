@@ -469,6 +469,17 @@ def test_generated_code_is_jit_compiled(spark, tmp_path) -> None:
         assert JIT_HUGE_METHODS in list(jvm_flags.getInputArguments())
 
 
+def test_transform_maps_no_case_with_icu(spark) -> None:
+    """No ``lower``/``upper``/``initcap`` in the transform's plan: Spark 4 maps their case with
+    ICU, and the first call in a JVM initialises a title-case table for 1.2-1.3 s of one core
+    while the other task threads wait (lib/pages.py, NOT_PAGE_PATH_PATTERN; docs/PERFORMANCE.md).
+    """
+    out = transform_lines(frame(spark, ODD_LINES[:2]), visitor_key=KEY)
+    plan = out._jdf.queryExecution().analyzed().toString().lower()
+    for function in ("lower(", "upper(", "initcap("):
+        assert function not in plan
+
+
 def test_kept_columns_pass_through_after_the_output_columns(spark) -> None:
     lines = frame(spark, ODD_LINES[:3]).withColumn("file_no", F.col("line_no").cast("int") * 10)
     out = transform_lines(lines, visitor_key=KEY, keep=["file_no"])
