@@ -9,6 +9,11 @@ from pathlib import Path
 from bq_platform.lib.objectstore.base import ListedObject, ObjectNotFoundError, ObjectStore
 
 
+#: Times :meth:`LocalObjectStore.write_bytes` creates an object's folder: a concurrent
+#: :meth:`~LocalObjectStore.delete_prefix` may remove it while it is still empty.
+_FOLDER_TRIES = 3
+
+
 class LocalObjectStore(ObjectStore):
     """A directory on disk that behaves like a bucket.
 
@@ -41,8 +46,14 @@ class LocalObjectStore(ObjectStore):
 
     def write_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        for tries_left in reversed(range(_FOLDER_TRIES)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+                break
+            except FileNotFoundError:  # a delete_prefix removed the empty folder in between
+                if not tries_left:
+                    raise
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -89,11 +100,28 @@ class LocalObjectStore(ObjectStore):
         return sorted(p.name for p in base.iterdir() if p.is_dir())
 
     def delete_prefix(self, prefix: str) -> int:
+        """See :meth:`ObjectStore.delete_prefix`. Folders this leaves empty are removed too, up
+        to the store's root (kept): on GCS a folder is only the prefix of its objects and goes
+        with the last one, so :meth:`list_folders` lists the same folders on both stores (the
+        attempt cleanup's full pass lists attempt folders, :mod:`bq_platform.lib.retention`).
+
+        Raises:
+            ValueError: for an empty ``prefix`` (the whole store), as on GCS.
+        """
+        if not prefix.strip("/"):
+            raise ValueError("delete_prefix needs a folder; refusing to delete the whole store")
         base = self._path(prefix)
         if not base.exists():
             return 0
         count = sum(len(files) for _, _, files in os.walk(base))
         shutil.rmtree(base)
+        for folder in base.parents:
+            if folder == self.root or not folder.is_relative_to(self.root):
+                break
+            try:
+                folder.rmdir()  # only if empty; a folder another writer just filled stays
+            except OSError:
+                break
         return count
 
     def uri(self, key: str) -> str:
