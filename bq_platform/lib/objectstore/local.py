@@ -8,7 +8,6 @@ from pathlib import Path
 
 from bq_platform.lib.objectstore.base import ListedObject, ObjectNotFoundError, ObjectStore
 
-
 #: Times :meth:`LocalObjectStore.write_bytes` creates an object's folder: a concurrent
 #: :meth:`~LocalObjectStore.delete_prefix` may remove it while it is still empty.
 _FOLDER_TRIES = 3
