@@ -282,7 +282,7 @@ def markdown(report: dict, block: str = "main") -> str:
 
 
 def _cpu(step: dict, kind: str) -> str:
-    value = step.get(f"cpu_{kind}_s")
+    value = step.get(f"cpu_{kind}_s")  # None: a report from before the CPU figures
     return "-" if value is None else f"{value:.1f}"
 
 
@@ -301,8 +301,11 @@ def cpu_markdown(results: list[dict]) -> list[str]:
     ]
     for r in results:
         bare, land, run = r["bare_spark"], r["land"], r["run"]
-        totals = [step.get("cpu_jvm_s", 0) + step.get("cpu_python_s", 0) for step in (bare, run)]
-        ratio = f"{totals[1] / totals[0]:.2f}x" if all(totals) else "-"
+        bare_cpu, run_cpu = (
+            sum(step.get(f"cpu_{kind}_s") or 0.0 for kind in ("jvm", "python"))
+            for step in (bare, run)
+        )
+        ratio = f"{run_cpu / bare_cpu:.2f}x" if bare_cpu and run_cpu else "-"
         out.append(
             f"| {r['scale']}x | {_cpu(bare, 'jvm')} | {_cpu(bare, 'python')} "
             f"| {_cpu(land, 'python')} | {_cpu(run, 'jvm')} | {_cpu(run, 'python')} | {ratio} |"

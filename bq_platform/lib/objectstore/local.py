@@ -114,8 +114,8 @@ class LocalObjectStore(ObjectStore):
             return 0
         count = sum(len(files) for _, _, files in os.walk(base))
         shutil.rmtree(base)
-        for folder in base.parents:
-            if folder == self.root or not folder.is_relative_to(self.root):
+        for folder in base.parents:  # ``_path`` keeps ``base`` under the root
+            if folder == self.root:
                 break
             try:
                 folder.rmdir()  # only if empty; a folder another writer just filled stays
