@@ -173,7 +173,29 @@ class SparkResource(PySparkResource):
 
         thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
         thread.start()
+        threading.Thread(
+            target=import_pyspark_converters, name="spark-prestart-imports", daemon=True
+        ).start()
         return thread
+
+
+def import_pyspark_converters() -> None:
+    """Import what PySpark's py4j argument converters import on their first use.
+
+    PySpark's ``NumpyArrayConverter.can_convert`` (``pyspark/sql/types.py``, registered with
+    py4j) imports ``pyspark.testing.utils`` to learn whether NumPy is installed, and that
+    module imports pandas, pyarrow and ``unittest``: 0.26-0.28 s on one core (PySpark 4.3).
+    It runs on the first Python object py4j sends once the JVM is up (``SparkConf``), so the
+    session waits for it. Imported while the JVM boots instead, on a thread of its own, it is
+    usually done when py4j needs it; if not, py4j's thread waits for this import (Python's
+    import lock) and does not import again. A failed import is left to that first use.
+    """
+    try:
+        import pyspark.testing.utils  # noqa: F401
+    except Exception:  # the converter's own import reports it where it matters
+        logging.getLogger(__name__).debug(
+            "pre-import of PySpark's converters failed", exc_info=True
+        )
 
 
 class PipelineSettings(dg.ConfigurableResource):

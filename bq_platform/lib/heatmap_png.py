@@ -3,7 +3,9 @@
 Why not a matplotlib figure: the completeness picture (3 heat maps of up to 41 rows x 24
 hours) took ~1 s a day with matplotlib (constrained layout measures every tick label, colorbars,
 an ``axvspan`` per missing hour, ``savefig``); here it takes ~50 ms (issue 9: at most 3 s of
-overhead per day). matplotlib still supplies the viridis colormap and the DejaVu Sans font.
+overhead per day). matplotlib's files still supply the DejaVu Sans font, and its viridis
+colormap is :data:`VIRIDIS_RGB`; matplotlib itself is not imported (its import was 0.1-0.26 s
+of the first daily run, after the build; issue 9).
 
 Layout of :func:`heatmaps_png`, left to right: row labels, then per panel a heat map (one cell
 per row and column), its color bar with log-scale ticks; above, the title lines and each
@@ -12,6 +14,7 @@ panel's title; below, column tick labels and the x-axis label.
 
 import dataclasses
 import functools
+import importlib.util
 import io
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -48,21 +51,58 @@ class Panel:
     values: np.ndarray
 
 
+#: matplotlib's viridis colormap (CC0; matplotlib.org/stable/users/explain/colors/colormaps)
+#: as 256 RGB triples of bytes: ``matplotlib.colormaps["viridis"](np.linspace(0, 1, 256),
+#: bytes=True)[:, :3]`` (matplotlib 3.11). Kept here so drawing a heat map does not import
+#: matplotlib; ``test_heatmap_png.py`` compares it with matplotlib's.
+VIRIDIS_RGB = bytes.fromhex(
+    "44015444025544035745055845065a45085b46095c460b5e460c5f460e61470f62471163471265471466471567"
+    "47166947186a48196b481a6c481c6e481d6f481e70482071482172482273482374472575472676472777472878"
+    "472a79472b7a472c7b462d7c462f7c46307d46317e45327f45347f453580453681443781443982433a83433b83"
+    "433c84423d84423e854240854141864142864043874044873f45873f47883e48883e49893d4a893d4b893d4c89"
+    "3c4d8a3c4e8a3b508a3b518a3a528b3a538b39548b39558b38568b38578c37588c37598c365a8c365b8c355c8c"
+    "355d8c345e8d345f8d33608d33618d32628d32638d31648d31658d31668d30678d30688d2f698d2f6a8d2e6b8e"
+    "2e6c8e2e6d8e2d6e8e2d6f8e2c708e2c718e2c728e2b738e2b748e2a758e2a768e2a778e29788e29798e287a8e"
+    "287a8e287b8e277c8e277d8e277e8e267f8e26808e26818e25828e25838d24848d24858d24868d23878d23888d"
+    "23898d22898d228a8d228b8d218c8d218d8c218e8c208f8c20908c20918c1f928c1f938b1f948b1f958b1f968b"
+    "1e978a1e988a1e998a1e998a1e9a891e9b891e9c891e9d881e9e881e9f881ea0871fa1871fa2861fa38620a485"
+    "20a58521a68521a78422a78423a88323a98224aa8225ab8126ac8127ad8028ae7f29af7f2ab07e2bb17d2cb17d"
+    "2eb27c2fb37b30b47a32b57a33b67935b77836b87738b97639b9763bba753dbb743ebc7340bd7242be7144be70"
+    "45bf6f47c06e49c16d4bc26c4dc26b4fc36951c46853c56755c66657c66559c7645bc8625ec96160c96062ca5f"
+    "64cb5d67cc5c69cc5b6bcd596dce5870ce5672cf5574d05477d05279d1517cd24f7ed24e81d34c83d34b86d449"
+    "88d5478bd5468dd64490d64392d74195d73f97d83e9ad83c9dd93a9fd938a2da37a5da35a7db33aadb32addc30"
+    "afdc2eb2dd2cb5dd2bb7dd29bade27bdde26bfdf24c2df22c5df21c7e01fcae01ecde01dcfe11cd2e11bd4e11a"
+    "d7e219dae218dce218dfe318e1e318e4e318e7e419e9e419ece41aeee51bf1e51cf3e51ef6e61ff8e621fae622"
+    "fde724"
+)
+
+
+def font_path() -> Path:
+    """matplotlib's bundled DejaVu Sans (``mpl-data/fonts/ttf/DejaVuSans.ttf``), found from
+    the package's location without importing it (``matplotlib.get_data_path()`` is that
+    ``mpl-data`` folder).
+
+    Raises:
+        FileNotFoundError: if matplotlib is not installed, or its font file is missing.
+    """
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("matplotlib is not installed: its DejaVu Sans font draws the text")
+    path = Path(spec.origin).parent / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: matplotlib's DejaVu Sans font is missing")
+    return path
+
+
 @functools.cache
 def _font(size: int) -> ImageFont.FreeTypeFont:
-    import matplotlib  # only for its bundled DejaVu Sans: the same letters as its figures
-
-    return ImageFont.truetype(
-        str(Path(matplotlib.get_data_path()) / "fonts/ttf/DejaVuSans.ttf"), size
-    )
+    return ImageFont.truetype(str(font_path()), size)
 
 
 @functools.cache
 def _viridis() -> np.ndarray:
-    """viridis as a ``256 x 3`` uint8 lookup table."""
-    import matplotlib
-
-    return matplotlib.colormaps["viridis"](np.linspace(0.0, 1.0, 256), bytes=True)[:, :3]
+    """:data:`VIRIDIS_RGB` as a ``256 x 3`` uint8 lookup table."""
+    return np.frombuffer(VIRIDIS_RGB, dtype=np.uint8).reshape(256, 3)
 
 
 def _text_width(text: str, size: int) -> int:

@@ -1,6 +1,8 @@
 """``SparkResource.start_in_background``: the session the run will use, started ahead of it."""
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -37,3 +39,22 @@ def test_only_a_local_master_binds_to_loopback(monkeypatch, master: str) -> None
     monkeypatch.setattr(resources, "ensure_local_spark_env", lambda: bound.append(master))
     SparkResource(spark_config=spark_config(master)).prepare_environment()
     assert bound == ([master] if master.startswith("local") else [])
+
+
+def test_the_background_start_imports_pysparks_converters_meanwhile() -> None:
+    """py4j's first argument conversion imports ``pyspark.testing.utils`` (pandas, pyarrow:
+    ~0.27 s) once the JVM is up; the background start imports it while the JVM boots."""
+    code = (
+        "import sys, time\n"
+        "from bq_platform.defs import resources\n"
+        "from bq_platform.lib.spark import spark_config\n"
+        "assert 'pyspark.testing.utils' not in sys.modules\n"
+        "resources.spark_session_from_config = lambda config: None\n"
+        "resources.SparkResource(spark_config=spark_config('local[1]')).start_in_background()\n"
+        "deadline = time.monotonic() + 30\n"
+        "while 'pyspark.testing.utils' not in sys.modules and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print('pyspark.testing.utils' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

@@ -1,11 +1,15 @@
 """The heat-map PNG (numpy + Pillow): cell colors, hatched columns, shapes, size."""
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from bq_platform.lib import heatmap_png
 from bq_platform.lib.heatmap_png import (
     CELL_H,
     CELL_W,
@@ -71,3 +75,33 @@ def test_a_panel_of_another_shape_or_with_negative_values_is_refused() -> None:
         heatmaps_png(["t"], ["a"], [Panel("p", np.zeros((2, 24)))], {}, "x")
     with pytest.raises(ValueError, match="negative"):
         heatmaps_png(["t"], ["a"], [Panel("p", np.full((1, 24), -1.0))], {}, "x")
+
+
+def test_viridis_is_matplotlibs():
+    """The embedded colormap is matplotlib's viridis, byte for byte (so a new matplotlib
+    that changed it would show here)."""
+    import matplotlib
+
+    want = matplotlib.colormaps["viridis"](np.linspace(0.0, 1.0, 256), bytes=True)[:, :3]
+    assert np.array_equal(heatmap_png._viridis(), want)
+
+
+def test_font_is_matplotlibs_dejavu():
+    import matplotlib
+
+    assert heatmap_png.font_path() == Path(matplotlib.get_data_path()) / "fonts/ttf/DejaVuSans.ttf"
+
+
+def test_drawing_does_not_import_matplotlib():
+    """Importing matplotlib cost 0.1-0.26 s of the first daily run (issue 9); a picture needs
+    only its font file."""
+    code = (
+        "import sys, numpy as np\n"
+        "from bq_platform.lib.heatmap_png import Panel, heatmaps_png\n"
+        "png = heatmaps_png(['t'], ['a', 'b'], [Panel('p', np.array([[1.0, 5.0], [0.0, 2.0]]))],"
+        " {0: '00'}, 'hour')\n"
+        "assert png[:4] == b'\\x89PNG'\n"
+        "print('matplotlib' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
