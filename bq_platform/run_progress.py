@@ -32,6 +32,7 @@ from bq_platform.lib.reporting import PASS_PROGRESS, STEP_TOTALS
 POLL_SECONDS = 1.0
 #: Metadata shown in a step's line, in this order, when the step has it.
 PROGRESS_FIELDS = (
+    ("days", "days"),
     ("hours", "hours"),
     ("source_lines", "source lines"),
     ("pageviews", "pageviews"),

@@ -172,8 +172,8 @@ class PipelineRunner:
         allow_rejected: bool = False,
     ) -> bool:
         """Build and publish what :meth:`plan` gave, in batches of consecutive days (one hourly
-        run each, then one daily run per day); True if every run succeeded (nothing to do:
-        True)."""
+        run each, then one daily run over the batch's days, or one per day if that run
+        fails); True if every run succeeded (nothing to do: True)."""
         ok = True
         for batch in batches(todo):
             ok &= self._run_batch(batch, allow_incomplete, allow_rejected)
@@ -185,8 +185,9 @@ class PipelineRunner:
         allow_incomplete: bool,
         allow_rejected: bool,
     ) -> bool:
-        """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish
-        each day; a failed multi-day build is redone day by day. True if every run succeeded."""
+        """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish its
+        days in one daily run; a failed multi-day build or publish is redone day by day. True
+        if every run succeeded."""
         days = sorted(batch)
         label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
         hours = [hour for day in days for hour in batch[day]]
@@ -205,8 +206,12 @@ class PipelineRunner:
             return all(results)
         self._record_checks(hourly, days[0] if len(days) == 1 else None)
         self.processed_days.extend(days)
+        if len(days) > 1 and self._publish(days, hourly.run_id, allow_incomplete, allow_rejected):
+            return True
+        if len(days) > 1:
+            self.echo(f"{label}: publishing day by day, so a bad day holds only itself")
         results = [
-            self._publish(day, hourly.run_id, allow_incomplete, allow_rejected) for day in days
+            self._publish([day], hourly.run_id, allow_incomplete, allow_rejected) for day in days
         ]
         return all(results)
 
@@ -231,38 +236,58 @@ class PipelineRunner:
         return hourly
 
     def _publish(
-        self, day: dt.date, hourly_run_id: str, allow_incomplete: bool, allow_rejected: bool
+        self,
+        days: Sequence[dt.date],
+        hourly_run_id: str,
+        allow_incomplete: bool,
+        allow_rejected: bool,
     ) -> bool:
-        """The daily job of ``day``, in process; prints its steps and the day's verdict."""
-        self.echo(f"{day}: publishing")
+        """The daily job over ``days`` (consecutive; one run, a partition range if several:
+        ``bq_platform/defs/daily.py``), in process; prints its steps and each day's verdict.
+        A range's failure is reported in one line (the caller then publishes day by day)."""
+        label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
+        self.echo(f"{label}: publishing")
         config = {
             "allow_incomplete_hours": allow_incomplete,
             "allow_rejected_share": allow_rejected,
         }
+        partition: dict[str, Any] = (
+            {"partition_key": days[0].isoformat()}
+            if len(days) == 1
+            else {
+                "tags": {
+                    "dagster/asset_partition_range_start": days[0].isoformat(),
+                    "dagster/asset_partition_range_end": days[-1].isoformat(),
+                }
+            }
+        )
         instance = self.instance or dg.DagsterInstance.get()
-        progress = self._progress(instance, str(day))
+        progress = self._progress(instance, label)
         daily = self.definitions.resolve_job_def(DAILY_JOB).execute_in_process(
             instance=instance,
             run_id=progress.run_id,
-            partition_key=day.isoformat(),
+            partition_key=partition.get("partition_key"),
             run_config={
                 **self._logging(),
                 "ops": {op: {"config": config} for op in PUBLISH_OPS},
             },
-            tags=self._tags(),
+            tags={**partition.get("tags", {}), **self._tags()},
             raise_on_error=False,
         )
-        self._record_checks(daily, day)
         self._echo_steps(progress, daily)
         if not daily.success:
-            self.echo(f"{day}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
+            self.echo(f"{label}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
+            if len(days) == 1:
+                self._record_checks(daily, days[0])
             return False
-        checks = self.check_results.get(day, [])
-        failed = [c for c in checks if not c[2]]
-        self.echo(
-            f"{day}: done (runs {hourly_run_id[:8]}, {daily.run_id[:8]}); "
-            f"{len(checks) - len(failed)}/{len(checks)} checks passed"
-        )
+        self._record_checks(daily, days[0] if len(days) == 1 else None)
+        for day in days:
+            checks = self.check_results.get(day, [])
+            failed = [c for c in checks if not c[2]]
+            self.echo(
+                f"{day}: done (runs {hourly_run_id[:8]}, {daily.run_id[:8]}); "
+                f"{len(checks) - len(failed)}/{len(checks)} checks passed"
+            )
         return True
 
     def clean_attempts(self) -> None:

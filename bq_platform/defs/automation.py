@@ -3,7 +3,8 @@
 - ``pageviews_hourly_job``: pageview files, stage tables and audit for a range of UTC hours
   (a day's hours run in one Spark session: the assets' backfill policy allows 24 per run).
 - ``pageviews_daily_job``: publishes one UTC day into ``pageviews`` and ``pageviews_sample``,
-  loads its dead letters into ``pageview_deadletters`` and writes its completeness report.
+  loads its dead letters into ``pageview_deadletters`` and writes its completeness report
+  (``bq-platform run`` gives it a range of days, one per partition: ``defs/daily.py``).
 - ``pageviews_automation_sensor`` (stopped by default; the operator turns it on): every
   ``MINIMUM_INTERVAL_SECONDS`` it asks :func:`bq_platform.lib.planning.plan_automation` (the
   same answer ``bq-platform run`` uses) what is due, and requests

@@ -337,36 +337,74 @@ def publish_day(
     budget: JobBudget | None = None,
     log: logging.Logger | None = None,
 ) -> PublishResult:
-    """Copy the day's stage tables into ``<table>$YYYYMMDD`` with one WRITE_TRUNCATE copy job.
-
-    Only hours with a manifest and no problem are copied (the caller decides whether an
-    incomplete day may be published at all).
+    """Copy the day's stage tables into ``<table>$YYYYMMDD`` with one WRITE_TRUNCATE copy job
+    (:func:`publish_days` for one day).
 
     Raises:
-        ValueError: if no hour of the day is publishable.
-        JobFailedError / QuotaBudgetExceededError: see
-            :func:`~bq_platform.lib.jobs.run_idempotent_job`.
+        see :func:`publish_days`.
     """
-    ready = {h: m for h, m in completeness.manifests.items() if h not in completeness.problems}
-    day = completeness.day
-    plan = day_copy_plan(
-        day,
-        ready,
+    (result,) = publish_days(
+        warehouse,
+        [completeness],
         kind,
         asset=asset,
         run_id=run_id,
         require_partition_filter=require_partition_filter,
+        budget=budget,
+        log=log,
     )
-    spec, fingerprint = plan.spec, plan.fingerprint
-    destination = f"{spec.name}${plan.partition}"
-    outcome = run_plan(warehouse, plan, budget=budget, log=log)
-    return PublishResult(
-        day=day,
-        table=spec.name,
-        destination=destination,
-        hours=len(ready),
-        fingerprint=fingerprint,
-        outcome=outcome,
-        expected_rows=sum(expected_rows(m, kind) for m in ready.values()),
-        partition_rows=warehouse.partition_rows(spec.name, day),
-    )
+    return result
+
+
+def publish_days(
+    warehouse: Warehouse,
+    days: Sequence[DayCompleteness],
+    kind: str,
+    *,
+    asset: str,
+    run_id: str,
+    require_partition_filter: bool,
+    budget: JobBudget | None = None,
+    log: logging.Logger | None = None,
+) -> list[PublishResult]:
+    """Copy each day's stage tables into ``<table>$YYYYMMDD``, one WRITE_TRUNCATE copy job a
+    day; every job is submitted before any is waited for (:func:`run_plans`), so the days'
+    copies run side by side (BigQuery; the local warehouse's job workers).
+
+    Only hours with a manifest and no problem are copied (the caller decides whether an
+    incomplete day may be published at all).
+
+    Returns:
+        One result per day, in order.
+
+    Raises:
+        ValueError: if no hour of a day is publishable.
+        JobFailedError / QuotaBudgetExceededError: see
+            :func:`~bq_platform.lib.jobs.run_idempotent_jobs`.
+    """
+    readies = [{h: m for h, m in c.manifests.items() if h not in c.problems} for c in days]
+    plans = [
+        day_copy_plan(
+            c.day,
+            ready,
+            kind,
+            asset=asset,
+            run_id=run_id,
+            require_partition_filter=require_partition_filter,
+        )
+        for c, ready in zip(days, readies, strict=True)
+    ]
+    outcomes = run_plans(warehouse, plans, budget=budget, log=log)
+    return [
+        PublishResult(
+            day=c.day,
+            table=plan.spec.name,
+            destination=f"{plan.spec.name}${plan.partition}",
+            hours=len(ready),
+            fingerprint=plan.fingerprint,
+            outcome=outcome,
+            expected_rows=sum(expected_rows(m, kind) for m in ready.values()),
+            partition_rows=warehouse.partition_rows(plan.spec.name, c.day),
+        )
+        for c, ready, plan, outcome in zip(days, readies, plans, outcomes, strict=True)
+    ]

@@ -36,11 +36,22 @@ def test_consecutive_days_are_built_in_one_hourly_run(local_env, access_logs):
     (hourly,) = _runs(local_env, HOURLY_JOB)
     assert hourly.tags["dagster/asset_partition_range_start"] == "1995-08-30T00"
     assert hourly.tags["dagster/asset_partition_range_end"] == "1995-08-31T23"
-    assert [r.tags["dagster/partition"] for r in _runs(local_env, DAILY_JOB)] == [
-        "1995-08-30",
-        "1995-08-31",
-    ]
+    (daily,) = _runs(local_env, DAILY_JOB)  # the days are published in one run too
+    assert daily.tags["dagster/asset_partition_range_start"] == "1995-08-30"
+    assert daily.tags["dagster/asset_partition_range_end"] == "1995-08-31"
     assert _pageviews(local_env) == PAGEVIEWS
+    for day, rows in PAGEVIEWS.items():  # each day's materialization has its own numbers
+        (record,) = local_env.instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(["warehouse", "pageviews"]),
+                asset_partitions=[day.isoformat()],
+            ),
+            limit=1,
+        ).records
+        metadata = record.asset_materialization.metadata
+        assert metadata["rows"].value == rows
+        assert metadata["destination"].value == f"pageviews${day:%Y%m%d}"
+        assert metadata["step_totals"].value["rows"] == sum(PAGEVIEWS.values())
     assert runner.processed_days == [AUG30, AUG31]
     for day in (AUG30, AUG31):  # each day's checks are its own: 24 per hourly check
         names = [name for _, name, _ in runner.check_results[day]]
@@ -98,4 +109,55 @@ def test_the_quiet_output_shows_the_build_while_it_runs(local_env, access_logs):
     assert "47,748 source lines, 18,957 pageviews" in lines[built]
     assert seen[passed][1] == dg.DagsterRunStatus.STARTED  # printed during the run
     for asset in ("warehouse/pageviews_stage:", "warehouse/pageviews:"):  # once per run
-        assert sum(asset in line for line in lines) == {"warehouse/pageviews:": 2}.get(asset, 1)
+        assert sum(asset in line for line in lines) == 1
+    (published,) = [line for line in lines if "warehouse/pageviews:" in line]
+    assert published == f"{label}:   warehouse/pageviews: 2 days, 18,957 rows"
+
+
+def _line(day: dt.date, i: int, json: bool) -> str:
+    """A combined line of ``day`` 06:xx UTC, or what the server writes after a switch to JSON."""
+    if json:
+        return f'{{"time":"{day}T06:{i % 60:02d}:00Z","request":"GET /p{i}.html HTTP/1.1"}}'
+    return (
+        f"10.0.0.{i % 200} - - [{day:%d/%b/%Y}:06:{i % 60:02d}:00 +0000] "
+        f'"GET /page{i}.html HTTP/1.1" 200 512 "-" "Mozilla/5.0 (X11)"'
+    )
+
+
+def test_a_failed_range_publish_is_published_day_by_day(local_env, tmp_path):
+    """Both days build; the second is held by the rejected-share gate, which fails the range's
+    publish run: the days are then published one run each, so the first is published."""
+    days = (dt.date(1995, 8, 1), dt.date(1995, 8, 2))
+    for day, json in zip(days, (False, True), strict=True):
+        path = tmp_path / f"access-{day}.log"
+        path.write_text("".join(_line(day, i, json and i >= 10) + "\n" for i in range(100)))
+        land_file(local_env.store, "example.org", path)
+    lines: list[str] = []
+    runner = _runner(local_env, lines)
+    assert not runner.run()
+    (hourly,) = _runs(local_env, HOURLY_JOB)
+    assert hourly.status == dg.DagsterRunStatus.SUCCESS
+    daily = [
+        (
+            r.tags.get("dagster/asset_partition_range_start") or r.tags["dagster/partition"],
+            r.tags.get("dagster/asset_partition_range_end"),
+            r.status,
+        )
+        for r in _runs(local_env, DAILY_JOB)
+    ]
+    assert daily == [
+        ("1995-08-01", "1995-08-02", dg.DagsterRunStatus.FAILURE),  # the range: day 2 fails it
+        ("1995-08-01", None, dg.DagsterRunStatus.SUCCESS),  # then day by day
+        ("1995-08-02", None, dg.DagsterRunStatus.FAILURE),
+    ]
+    assert _pageviews(local_env) == {days[0]: 100}
+    assert "1995-08-01..1995-08-02: publishing day by day, so a bad day holds only itself" in lines
+    failures = [line for line in lines if "FAILED" in line]
+    assert len(failures) == 2 and all("1995-08-02: 1 of 24 hours" in f for f in failures)
+    assert any(line.startswith("1995-08-01: done") for line in lines)
+    for day in days:  # each check once: the failed range run's evaluations are not counted
+        names = [name for _, name, _ in runner.check_results[day]]
+        assert names.count("all_hours_complete") == 1
+        assert names.count("deadletters_match_manifests") == 1
+    names = [name for _, name, _ in runner.check_results[days[0]]]
+    assert names.count("day_equals_sum_of_hours") == 2  # pageviews and pageviews_sample

@@ -1,17 +1,19 @@
 """The daily completeness report: is every hour of the day there, and what does it hold?"""
 
+import datetime as dt
 import hashlib
 import time
 
 import dagster as dg
 
-from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.check_events import PartitionCheck, comparison
+from bq_platform.defs.daily import DayReport, report_days
 from bq_platform.defs.metadata import OWNERS
-from bq_platform.defs.partitions import daily_partitions, partition_hours
+from bq_platform.defs.partitions import daily_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.defs.warehouse.assets import pageviews_audit
 from bq_platform.lib.completeness import hour_status, markdown_report, render_png
-from bq_platform.lib.hours import hour_label
+from bq_platform.lib.hours import day_hours, hour_label
 from bq_platform.lib.manifest_reads import read_hour_manifests
 
 COMPLETENESS_CHECK = "all_hours_complete"
@@ -58,30 +60,30 @@ def pageviews_completeness(
     data, not built, or unbalanced) is seen at a glance. The picture is shown in the report when
     BQ_PLATFORM_REPORTS_URL says where a browser reads it (make dev sets it); its path is in
     the metadata. Read from the audit table and the hour manifests; it writes no table."""
-    started = time.monotonic()
     store, wh = object_store.get_store(), warehouse.get_warehouse()
-    hours = partition_hours(context)
-    day = hours[0].date()
-    rows = wh.audit_rows(hours[0], hours[-1] + (hours[1] - hours[0]))
-    fingerprints = {}
-    for hour, manifest in read_hour_manifests(store, hours).items():
-        if manifest is not None:
-            fingerprints[hour_label(hour)] = manifest.fingerprint
-    status = hour_status(day, rows, fingerprints)
-    key = report_key(context.partition_key)
-    png = render_png(day, rows, status)
-    store.write_bytes(key, png)
-    text = markdown_report(day, rows, status)
-    links = {}
-    if settings.reports_url:
-        url = picture_url(settings.reports_url, key, png)
-        text = f"![completeness of {day}]({url})\n\n{text}"
-        links = {"picture_url": dg.MetadataValue.url(url)}
-    problems = [f"{h}: not built or not audited" for h in status.missing] + [
-        f"{h}: accounting does not balance" for h in status.unbalanced
-    ]
-    result = dg.MaterializeResult(
-        metadata={
+
+    def one_day(day: dt.date) -> DayReport:
+        started = time.monotonic()
+        hours = day_hours(day)
+        rows = wh.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+        fingerprints = {}
+        for hour, manifest in read_hour_manifests(store, hours).items():
+            if manifest is not None:
+                fingerprints[hour_label(hour)] = manifest.fingerprint
+        status = hour_status(day, rows, fingerprints)
+        key = report_key(day.isoformat())
+        png = render_png(day, rows, status)
+        store.write_bytes(key, png)
+        text = markdown_report(day, rows, status)
+        links = {}
+        if settings.reports_url:
+            url = picture_url(settings.reports_url, key, png)
+            text = f"![completeness of {day}]({url})\n\n{text}"
+            links = {"picture_url": dg.MetadataValue.url(url)}
+        problems = [f"{h}: not built or not audited" for h in status.missing] + [
+            f"{h}: accounting does not balance" for h in status.unbalanced
+        ]
+        metadata = {
             "report": dg.MetadataValue.md(text),
             "picture": dg.MetadataValue.path(store.uri(key)),
             **links,
@@ -93,18 +95,19 @@ def pageviews_completeness(
             "rejected": sum(r["rejected"] for r in rows),
             "duration_seconds": round(time.monotonic() - started, 2),
         }
-    )
-    check = PartitionCheck(
-        check_name=COMPLETENESS_CHECK,
-        partition=context.partition_key,
-        passed=status.complete,
-        description=f"{status.complete_hours}/24 hours complete"
-        + (": " + "; ".join(problems[:6]) if problems else ""),
-        metadata={
-            **comparison(24, status.complete_hours),
-            "hours": dg.MetadataValue.json(problems),
-            "picture": dg.MetadataValue.path(store.uri(key)),
-        },
-        severity=dg.AssetCheckSeverity.WARN,
-    )
-    return report(context, result, [check])
+        check = PartitionCheck(
+            check_name=COMPLETENESS_CHECK,
+            partition=day.isoformat(),
+            passed=status.complete,
+            description=f"{status.complete_hours}/24 hours complete"
+            + (": " + "; ".join(problems[:6]) if problems else ""),
+            metadata={
+                **comparison(24, status.complete_hours),
+                "hours": dg.MetadataValue.json(problems),
+                "picture": dg.MetadataValue.path(store.uri(key)),
+            },
+            severity=dg.AssetCheckSeverity.WARN,
+        )
+        return metadata, [check]
+
+    return report_days(context, one_day)

@@ -1,10 +1,12 @@
 """Warehouse tables: hourly stage tables, the audit table, and the published daily tables."""
 
+import datetime as dt
 import time
 
 import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.daily import DayReport, partition_days, report_days
 from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.metadata import OWNERS, job_link, job_links_markdown, partition_results
 from bq_platform.defs.pageviews.assets import HOURLY_BACKFILL, HOURLY_RETRY, pageview_files
@@ -16,9 +18,10 @@ from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes, sta
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish import (
     REJECTED_SHARE_PROBLEM,
+    DayCompleteness,
     day_completeness,
     load_stage_hours,
-    publish_day,
+    publish_days,
 )
 from bq_platform.lib.sampling_check import sample_ratio
 
@@ -274,31 +277,38 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
         warehouse: WarehouseResource,
         settings: PipelineSettings,
     ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
-        day = context.partition_time_window.start.date()
-        started = time.monotonic()
         store, wh = object_store.get_store(), warehouse.get_warehouse()
         max_share = None if config.allow_rejected_share else settings.max_rejected_share
-        completeness = day_completeness(wh, store, day, kind, max_rejected_share=max_share)
-        if not completeness.complete:
-            message = f"{day}: {len(completeness.problems)} of 24 hours are not complete: " + (
-                completeness.describe()
-            )
-            rejected_hint = (
-                " If the rejected lines are expected, launch with config allow_rejected_share: "
-                "true (bq-platform run --allow-rejected)."
-                if REJECTED_SHARE_PROBLEM in message
-                else ""
-            )
-            if not config.allow_incomplete_hours:
-                raise dg.Failure(
-                    description=message + ". Re-run those hours (lake/pageview_files and the "
-                    "stage tables), or, if you accept a partial day, launch this run with "
-                    "config allow_incomplete_hours: true." + rejected_hint,
+
+        started = time.monotonic()
+
+        def gate(day: dt.date) -> DayCompleteness:
+            """The day's completeness; a day that may not be published fails the step."""
+            completeness = day_completeness(wh, store, day, kind, max_rejected_share=max_share)
+            if not completeness.complete:
+                message = f"{day}: {len(completeness.problems)} of 24 hours are not complete: " + (
+                    completeness.describe()
                 )
-            context.log.warning("publishing an incomplete day (operator's choice): %s", message)
-        result = publish_day(
+                rejected_hint = (
+                    " If the rejected lines are expected, launch with config "
+                    "allow_rejected_share: true (bq-platform run --allow-rejected)."
+                    if REJECTED_SHARE_PROBLEM in message
+                    else ""
+                )
+                if not config.allow_incomplete_hours:
+                    raise dg.Failure(
+                        description=message + ". Re-run those hours (lake/pageview_files and "
+                        "the stage tables), or, if you accept a partial day, launch this run "
+                        "with config allow_incomplete_hours: true." + rejected_hint,
+                    )
+                context.log.warning("publishing an incomplete day (operator's choice): %s", message)
+            return completeness
+
+        days = [gate(day) for day in partition_days(context)]
+        # The days' copy jobs are submitted together and run side by side.
+        results = publish_days(
             wh,
-            completeness,
+            days,
             kind,
             asset=name,
             run_id=context.run_id,
@@ -306,68 +316,73 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
             budget=settings.budget(),
             log=context.log,
         )
-        context.log.info(
-            "%s: %s by %s (%s), %d rows",
-            result.destination,
-            result.outcome.action,
-            result.outcome.job_id,
-            result.fingerprint[:12],
-            result.partition_rows,
-        )
-        partition = context.partition_key
-        checks = [
-            PartitionCheck(
-                check_name=DAY_CHECK,
-                partition=partition,
-                passed=result.partition_rows == result.expected_rows,
-                description=f"partition {result.destination} has {result.partition_rows} rows; "
-                f"its {result.hours} stage tables have {result.expected_rows}",
-                metadata=comparison(
-                    result.expected_rows,
-                    result.partition_rows,
-                    table=result.destination,
-                    job_id=result.outcome.job_id,
-                ),
+        by_day = {r.day: (r, c) for r, c in zip(results, days, strict=True)}
+        seconds = round(time.monotonic() - started, 2)  # of all the days: their jobs overlap
+
+        def one_day(day: dt.date) -> DayReport:
+            result, completeness = by_day[day]
+            context.log.info(
+                "%s: %s by %s (%s), %d rows",
+                result.destination,
+                result.outcome.action,
+                result.outcome.job_id,
+                result.fingerprint[:12],
+                result.partition_rows,
             )
-        ]
-        if kind == "sample":
-            counts = [c for m in completeness.manifests.values() for c in m.counts]
-            ratio = sample_ratio(
-                sum(c.visitors for c in counts), sum(c.sample_visitors for c in counts)
-            )
-            checks.append(
+            partition = day.isoformat()
+            checks = [
                 PartitionCheck(
-                    check_name=SAMPLE_CHECK,
+                    check_name=DAY_CHECK,
                     partition=partition,
-                    passed=ratio.passed,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    description=ratio.describe(),
-                    metadata={
-                        **comparison(round(ratio.expected, 2), ratio.sampled),
-                        "visitor_hours": ratio.units,
-                        "sample_rate": f"1/{SAMPLE_MODULUS}",
-                        "skipped": ratio.skipped,
-                        "table": result.destination,
-                    },
+                    passed=result.partition_rows == result.expected_rows,
+                    description=f"partition {result.destination} has {result.partition_rows} "
+                    f"rows; its {result.hours} stage tables have {result.expected_rows}",
+                    metadata=comparison(
+                        result.expected_rows,
+                        result.partition_rows,
+                        table=result.destination,
+                        job_id=result.outcome.job_id,
+                    ),
                 )
-            )
-        materialization = dg.MaterializeResult(
-            metadata={
+            ]
+            if kind == "sample":
+                counts = [c for m in completeness.manifests.values() for c in m.counts]
+                ratio = sample_ratio(
+                    sum(c.visitors for c in counts), sum(c.sample_visitors for c in counts)
+                )
+                checks.append(
+                    PartitionCheck(
+                        check_name=SAMPLE_CHECK,
+                        partition=partition,
+                        passed=ratio.passed,
+                        severity=dg.AssetCheckSeverity.WARN,
+                        description=ratio.describe(),
+                        metadata={
+                            **comparison(round(ratio.expected, 2), ratio.sampled),
+                            "visitor_hours": ratio.units,
+                            "sample_rate": f"1/{SAMPLE_MODULUS}",
+                            "skipped": ratio.skipped,
+                            "table": result.destination,
+                        },
+                    )
+                )
+            metadata = {
                 "destination": result.destination,
                 "rows": result.partition_rows,
                 "hours_published": result.hours,
                 "incomplete_hours": len(completeness.problems),
                 "stage_tables": result.hours,
-                "duration_seconds": round(time.monotonic() - started, 2),
+                "duration_seconds": seconds,
                 "job_id": job_links_markdown(
                     warehouse, [(result.destination, result.outcome.job_id, result.outcome.action)]
                 ),
                 "job_action": result.outcome.action,
                 "fingerprint": result.fingerprint,
                 **({"sample_rate": f"1/{SAMPLE_MODULUS}"} if kind == "sample" else {}),
-            },
-        )
-        return report(context, materialization, checks)
+            }
+            return metadata, checks
+
+        return report_days(context, one_day)
 
     return published
 

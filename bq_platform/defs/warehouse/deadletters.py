@@ -1,10 +1,12 @@
 """The dead-letter table: each day's rejected and out-of-window lines, for operators."""
 
+import datetime as dt
 import time
 
 import dagster as dg
 
-from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.check_events import PartitionCheck, comparison
+from bq_platform.defs.daily import DayReport, report_days
 from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.metadata import OWNERS, job_links_markdown
 from bq_platform.defs.pageviews.assets import pageview_files
@@ -50,58 +52,59 @@ def pageview_deadletters(
     it holds the current build attempts only; it is loaded for every built hour, also when the
     completeness gate holds the day back, since that is when an operator needs it. On the
     command line: ``bq-platform deadletters``."""
-    day = context.partition_time_window.start.date()
-    started = time.monotonic()
     store, wh = object_store.get_store(), warehouse.get_warehouse()
-    try:
-        result = load_day_deadletters(
-            wh,
-            store,
-            day,
-            asset=DEADLETTERS_TABLE,
-            run_id=context.run_id,
-            budget=settings.budget(),
-            log=context.log,
-        )
-    except ValueError as exc:
-        raise dg.Failure(
-            description=f"{exc}: materialize lake/pageview_files for the day's hours first"
-        ) from exc
-    context.log.info(
-        "%s: %s by %s, %d rows",
-        result.destination,
-        result.outcome.action,
-        result.outcome.job_id,
-        result.partition_rows,
-    )
-    reasons = {**result.rejected_by_reason, "out of window": result.out_of_window}
-    top = ", ".join(f"{reason} {lines}" for reason, lines in reasons.items() if lines) or "none"
-    check = PartitionCheck(
-        check_name=DEADLETTER_CHECK,
-        partition=context.partition_key,
-        passed=result.matches,
-        description=f"{result.destination} has {result.partition_rows} rows; the manifests of "
-        f"its {result.hours} built hours count {result.expected_rows} dead letters"
-        + ("" if result.matches else "; re-run the day's pageview_deadletters"),
-        metadata=comparison(
-            result.expected_rows,
+
+    def one_day(day: dt.date) -> DayReport:
+        started = time.monotonic()
+        try:
+            result = load_day_deadletters(
+                wh,
+                store,
+                day,
+                asset=DEADLETTERS_TABLE,
+                run_id=context.run_id,
+                budget=settings.budget(),
+                log=context.log,
+            )
+        except ValueError as exc:
+            raise dg.Failure(
+                description=f"{exc}: materialize lake/pageview_files for the day's hours first"
+            ) from exc
+        context.log.info(
+            "%s: %s by %s, %d rows",
+            result.destination,
+            result.outcome.action,
+            result.outcome.job_id,
             result.partition_rows,
-            table=result.destination,
-            job_id=result.outcome.job_id,
-        ),
-    )
-    materialization = dg.MaterializeResult(
-        metadata={
+        )
+        reasons = {**result.rejected_by_reason, "out of window": result.out_of_window}
+        top = ", ".join(f"{reason} {lines}" for reason, lines in reasons.items() if lines)
+        check = PartitionCheck(
+            check_name=DEADLETTER_CHECK,
+            partition=day.isoformat(),
+            passed=result.matches,
+            description=f"{result.destination} has {result.partition_rows} rows; the manifests "
+            f"of its {result.hours} built hours count {result.expected_rows} dead letters"
+            + ("" if result.matches else "; re-run the day's pageview_deadletters"),
+            metadata=comparison(
+                result.expected_rows,
+                result.partition_rows,
+                table=result.destination,
+                job_id=result.outcome.job_id,
+            ),
+        )
+        metadata = {
             "destination": result.destination,
             "rows": result.partition_rows,
             "hours": result.hours,
             "files": result.files,
-            "dead_letters_by_reason": top,
+            "dead_letters_by_reason": top or "none",
             "duration_seconds": round(time.monotonic() - started, 2),
             "job_id": job_links_markdown(
                 warehouse, [(result.destination, result.outcome.job_id, result.outcome.action)]
             ),
             "job_action": result.outcome.action,
         }
-    )
-    return report(context, materialization, [check])
+        return metadata, [check]
+
+    return report_days(context, one_day)
