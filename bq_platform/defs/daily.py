@@ -2,9 +2,9 @@
 
 ``bq-platform run`` publishes a batch of consecutive days in one daily run (a range of daily
 partitions, as its hourly run builds a range of hours): one run and one step per asset instead
-of one per day, ~0.3 s of Dagster's per-run and per-step work a day at 1x (issue 9,
-docs/PERFORMANCE.md). The sensor and the UI still launch one day per run; both shapes run the
-same per-day function.
+of one per day, and the days' copy jobs side by side. The bench's three 1x days: 3.8-4.1 s of
+daily runs -> 2.25-2.3 s (issue 9, docs/PERFORMANCE.md). The sensor and the UI still launch
+one day per run; both shapes run the same per-day function.
 
 A range run is all or nothing: the first day that fails fails the step (its message names the
 day), as a one-day run fails; ``bq-platform run`` then publishes the batch day by day, so a bad
