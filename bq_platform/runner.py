@@ -251,27 +251,21 @@ class PipelineRunner:
             "allow_incomplete_hours": allow_incomplete,
             "allow_rejected_share": allow_rejected,
         }
-        partition: dict[str, Any] = (
-            {"partition_key": days[0].isoformat()}
-            if len(days) == 1
-            else {
-                "tags": {
-                    "dagster/asset_partition_range_start": days[0].isoformat(),
-                    "dagster/asset_partition_range_end": days[-1].isoformat(),
-                }
-            }
-        )
+        tags = self._tags()
+        if len(days) > 1:  # one day: partition_key
+            tags["dagster/asset_partition_range_start"] = days[0].isoformat()
+            tags["dagster/asset_partition_range_end"] = days[-1].isoformat()
         instance = self.instance or dg.DagsterInstance.get()
         progress = self._progress(instance, label)
         daily = self.definitions.resolve_job_def(DAILY_JOB).execute_in_process(
             instance=instance,
             run_id=progress.run_id,
-            partition_key=partition.get("partition_key"),
+            partition_key=days[0].isoformat() if len(days) == 1 else None,
             run_config={
                 **self._logging(),
                 "ops": {op: {"config": config} for op in PUBLISH_OPS},
             },
-            tags={**partition.get("tags", {}), **self._tags()},
+            tags=tags,
             raise_on_error=False,
         )
         self._echo_steps(progress, daily)

@@ -13,7 +13,7 @@ the bundled NASA log (``../shared/data/access_logs/ksc.nasa.gov``, 1995-08-01 UT
 day's 24 hours with Spark (``local[2]``) into a local lake and uploads them to the GCS
 emulator, then runs the day through the production ``BigQueryWarehouse`` as
 ``bq_platform_tests/integration/test_emulator_day.py`` does: the audit rows, 24 x 2
-``load_stage_hours``, ``day_completeness``, ``publish_day`` for both kinds and
+``load_stage_hours``, ``day_completeness``, ``publish_days`` for both kinds and
 ``load_day_deadletters``. It does that twice, each time with a new warehouse object over a new
 HTTP session (a run): the first run, then a re-run on the same content.
 
@@ -205,7 +205,7 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
         KINDS,
         day_completeness,
         load_stage_hours,
-        publish_day,
+        publish_days,
     )
     from bq_platform.lib.publish_deadletters import load_day_deadletters
 
@@ -236,8 +236,13 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
             raise RuntimeError(f"{kind} day incomplete: {gate.describe()}")
     session.phase("publish")
     for kind in KINDS:
-        published = publish_day(
-            warehouse, gates[kind], kind, asset="day", run_id=run_id, require_partition_filter=False
+        (published,) = publish_days(
+            warehouse,
+            [gates[kind]],
+            kind,
+            asset="day",
+            run_id=run_id,
+            require_partition_filter=False,
         )
         if published.partition_rows != published.expected_rows:
             raise RuntimeError(

@@ -5,7 +5,7 @@ daily copy job into the day partition, each idempotent through deterministic job
   (``WRITE_TRUNCATE``) into ``pageviews_stage_YYYYMMDDHH`` (or the sample stage table); all
   hours' jobs are submitted before any is waited for.
 - :func:`day_completeness`: is every hour of a day built, balanced and staged?
-- :func:`publish_day`: one copy job of the day's stage tables into ``pageviews$YYYYMMDD``
+- :func:`publish_days`: one copy job of each day's stage tables into ``pageviews$YYYYMMDD``
   (``WRITE_TRUNCATE``): the day partition is replaced atomically, once per content.
 """
 
@@ -324,36 +324,6 @@ class PublishResult:
     outcome: JobOutcome
     expected_rows: int
     partition_rows: int
-
-
-def publish_day(
-    warehouse: Warehouse,
-    completeness: DayCompleteness,
-    kind: str,
-    *,
-    asset: str,
-    run_id: str,
-    require_partition_filter: bool,
-    budget: JobBudget | None = None,
-    log: logging.Logger | None = None,
-) -> PublishResult:
-    """Copy the day's stage tables into ``<table>$YYYYMMDD`` with one WRITE_TRUNCATE copy job
-    (:func:`publish_days` for one day).
-
-    Raises:
-        see :func:`publish_days`.
-    """
-    (result,) = publish_days(
-        warehouse,
-        [completeness],
-        kind,
-        asset=asset,
-        run_id=run_id,
-        require_partition_filter=require_partition_filter,
-        budget=budget,
-        log=log,
-    )
-    return result
 
 
 def publish_days(

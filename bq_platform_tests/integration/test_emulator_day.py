@@ -8,7 +8,7 @@ gcp-storage-emulator through ``GCSObjectStore``; then, through the production
 
 1. the audit rows of the 24 hours, and ``load_stage_hours`` of the 24 hours, full and sample;
 2. ``day_completeness``: every hour built, balanced, audited, stage rows as written;
-3. ``publish_day``: one WRITE_TRUNCATE copy of the 24 stage tables into
+3. ``publish_days``: one WRITE_TRUNCATE copy of the 24 stage tables into
    ``pageviews$19950801`` (and ``pageviews_sample$19950801``); bqemulator cannot copy into a
    partition decorator (GAP-DECORATOR), so :class:`~bq_platform_tests.bigquery_shim.
    BigQueryShim` runs it as BigQuery documents it;
@@ -47,7 +47,7 @@ from bq_platform.lib.publish import (
     day_completeness,
     expected_rows,
     load_stage_hours,
-    publish_day,
+    publish_days,
 )
 from bq_platform.lib.publish_deadletters import load_day_deadletters
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
@@ -149,9 +149,9 @@ def test_whole_day_on_the_emulators(
 
     # 3. The daily publish: one copy per kind, 24 sources, into the day partition.
     published = {
-        kind: publish_day(
-            warehouse, gates[kind], kind, asset="day", run_id="r1", require_partition_filter=False
-        )
+        kind: publish_days(
+            warehouse, [gates[kind]], kind, asset="day", run_id="r1", require_partition_filter=False
+        )[0]
         for kind in KINDS
     }
     copies = [
@@ -207,8 +207,8 @@ def test_whole_day_on_the_emulators(
     )
     for kind in KINDS:
         gate = day_completeness(rerun, gcs, DAY, kind)
-        again = publish_day(
-            rerun, gate, kind, asset="day", run_id="r2", require_partition_filter=False
+        (again,) = publish_days(
+            rerun, [gate], kind, asset="day", run_id="r2", require_partition_filter=False
         )
         assert again.outcome.action == "skipped"
         assert again.partition_rows == published[kind].partition_rows
