@@ -31,7 +31,7 @@ import dagster as dg
 
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
-from bq_platform.lib.hours import hour_label, partition_day
+from bq_platform.lib.hours import days_between, hour_label, partition_day
 from bq_platform.lib.planning import AutomationPlan, plan_automation, scan_window
 
 HOURLY_SELECTION = dg.AssetSelection.assets(
@@ -72,14 +72,15 @@ pageviews_daily_job = dg.define_asset_job(
 
 
 def run_days(tags: dg.DagsterRun | dict[str, str]) -> list[dt.date]:
-    """UTC days a pipeline run covers, from its partition tags (hourly range or one day)."""
+    """UTC days a pipeline run covers, from its partition tags (an hourly or daily range, or
+    one day)."""
     tags = tags.tags if isinstance(tags, dg.DagsterRun) else tags
     start = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
     end = tags.get("dagster/asset_partition_range_end") or start
     if not start or not end:
         return []
     first, last = partition_day(start), partition_day(end)
-    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    return days_between(first, last + dt.timedelta(days=1))
 
 
 def busy_days(instance: dg.DagsterInstance) -> set[dt.date]:

@@ -21,6 +21,7 @@ import dagster as dg
 
 from bq_platform.defs.check_events import CheckedEvent, PartitionCheck, report
 from bq_platform.defs.metadata import partition_results
+from bq_platform.defs.partitions import partition_days
 
 #: Per-day counts a range's step totals add up (counts that do not add up, such as ``sites``,
 #: stay per day).
@@ -38,13 +39,6 @@ SUMMED = (
 )
 #: What one day of a daily asset gives: its materialization metadata and its check results.
 DayReport = tuple[Mapping[str, Any], list[PartitionCheck]]
-
-
-def partition_days(context: dg.AssetExecutionContext) -> list[dt.date]:
-    """The UTC days of the run's daily partition or partition range, in order."""
-    window = context.partition_time_window
-    first = window.start.astimezone(dt.UTC).date()
-    return [first + dt.timedelta(days=i) for i in range((window.end - window.start).days)]
 
 
 def report_days(

@@ -1,4 +1,4 @@
-"""The two partitions definitions of the project (UTC hours, UTC days) and their hours.
+"""The two partitions definitions of the project (UTC hours, UTC days), their hours and days.
 
 Hourly partition keys are hour labels, ``YYYY-MM-DDTHH`` (``1995-08-01T04``): the same
 spelling as the landing folders and ``bq-platform run --start/--end`` (see
@@ -15,7 +15,7 @@ import os
 
 import dagster as dg
 
-from bq_platform.lib.hours import HOURLY_PARTITION_FMT, hours_between, parse_hour
+from bq_platform.lib.hours import HOURLY_PARTITION_FMT, days_between, hours_between, parse_hour
 
 DEFAULT_FIRST_HOUR = "1995-08-01T00"
 FIRST_HOUR: dt.datetime = parse_hour(os.environ.get("BQ_PLATFORM_FIRST_HOUR") or DEFAULT_FIRST_HOUR)
@@ -36,3 +36,12 @@ def partition_hours(context: dg.AssetExecutionContext | dg.OpExecutionContext) -
     """
     window = context.partition_time_window
     return hours_between(window.start, window.end)
+
+
+def partition_days(context: dg.AssetExecutionContext) -> list[dt.date]:
+    """The UTC days of the run's daily partition or partition range, in order
+    (``bq-platform run`` publishes a batch's days in one run: ``defs/daily.py``)."""
+    window = context.partition_time_window
+    return days_between(
+        window.start.astimezone(dt.UTC).date(), window.end.astimezone(dt.UTC).date()
+    )

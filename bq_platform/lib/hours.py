@@ -51,6 +51,11 @@ def hours_between(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     return [start + dt.timedelta(hours=i) for i in range(max(count, 0))]
 
 
+def days_between(start: dt.date, end: dt.date) -> list[dt.date]:
+    """UTC days ``d`` with ``start <= d < end``, in order."""
+    return [start + dt.timedelta(days=i) for i in range(max((end - start).days, 0))]
+
+
 def day_hours(day: dt.date) -> list[dt.datetime]:
     """The 24 UTC hours of ``day``."""
     start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)

@@ -143,4 +143,10 @@ def test_run_days_reads_hourly_ranges_and_daily_partitions():
         }
     ) == [dt.date(1995, 8, 1), dt.date(1995, 8, 2), dt.date(1995, 8, 3)]
     assert run_days({"dagster/partition": "1995-08-02"}) == [dt.date(1995, 8, 2)]
+    assert run_days(  # bq-platform run's daily run over a batch's days
+        {
+            "dagster/asset_partition_range_start": "1995-08-30",
+            "dagster/asset_partition_range_end": "1995-08-31",
+        }
+    ) == [dt.date(1995, 8, 30), dt.date(1995, 8, 31)]
     assert run_days({}) == []

@@ -6,6 +6,7 @@ import pytest
 
 from bq_platform.lib.hours import (
     day_hours,
+    days_between,
     hour_id,
     hour_label,
     hours_between,
@@ -16,6 +17,17 @@ from bq_platform.lib.hours import (
 from bq_platform.lib.sampling_check import sample_ratio
 
 UTC = dt.UTC
+
+
+def test_days_between_is_half_open():
+    first = dt.date(1995, 8, 30)
+    assert days_between(first, dt.date(1995, 9, 2)) == [
+        first,
+        dt.date(1995, 8, 31),
+        dt.date(1995, 9, 1),
+    ]
+    assert days_between(first, first) == []
+    assert days_between(first, dt.date(1995, 8, 1)) == []
 
 
 def test_hours_between_is_half_open_and_utc():

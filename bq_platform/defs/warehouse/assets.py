@@ -6,11 +6,16 @@ import time
 import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
-from bq_platform.defs.daily import DayReport, partition_days, report_days
+from bq_platform.defs.daily import DayReport, report_days
 from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.metadata import OWNERS, job_link, job_links_markdown, partition_results
 from bq_platform.defs.pageviews.assets import HOURLY_BACKFILL, HOURLY_RETRY, pageview_files
-from bq_platform.defs.partitions import daily_partitions, hourly_partitions, partition_hours
+from bq_platform.defs.partitions import (
+    daily_partitions,
+    hourly_partitions,
+    partition_days,
+    partition_hours,
+)
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.lib.accounting import audit_records
 from bq_platform.lib.hours import hour_label
