@@ -156,20 +156,33 @@ class SparkResource(PySparkResource):
         builder's class lock while it creates it), so the run's :meth:`setup_for_execution`
         then gets this same session, or waits for it if it is still starting. ``bq-platform run``
         starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9) runs
-        while Dagster creates the run and writes its planned events. A failure here is only
-        logged at DEBUG: the run's own resource initialisation fails the same way and reports
-        it, once.
+        while Dagster creates the run and writes its planned events. With a local master the
+        thread then plans a tiny build pass (:func:`~bq_platform.lib.build_warmup.plan_build_pass`,
+        on a session of its own), so the new JVM's planner is warm when the build plans its
+        own pass. A failure here is only logged at DEBUG: the run's own resource
+        initialisation fails the same way and reports it, once; a failed warm-up only loses
+        the head start.
 
         Returns:
             The started thread (it ends when the session is up, or has failed).
         """
         self.prepare_environment()
+        local = str(self.spark_config.get("spark.master", "")).startswith("local")
 
         def start() -> None:
+            log = logging.getLogger(__name__)
             try:
-                spark_session_from_config(self.spark_config)
+                session = spark_session_from_config(self.spark_config)
             except Exception:  # the run reports it (see above)
-                logging.getLogger(__name__).debug("Spark pre-start failed", exc_info=True)
+                log.debug("Spark pre-start failed", exc_info=True)
+                return
+            if local:  # a fresh local driver JVM: warm its planner (lib/build_warmup.py)
+                try:  # imported here, on this thread: off the run's critical path
+                    from bq_platform.lib.build_warmup import plan_build_pass
+
+                    log.debug("build planning warm-up: %.2f s", plan_build_pass(session))
+                except Exception:  # only a lost head start; the build plans on its own
+                    log.debug("build planning warm-up failed", exc_info=True)
 
         thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
         thread.start()

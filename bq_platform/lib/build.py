@@ -54,7 +54,7 @@ from pyspark.sql import functions as F
 from bq_platform.lib import layout
 from bq_platform.lib.build_frames import (
     dead_letter_rows,
-    rejected_counts,
+    file_counts,
     rejected_samples,
     slim,
     write_hour_files,
@@ -85,7 +85,6 @@ from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import key_id
 from bq_platform.lib.superseded import record_superseded, superseded_units
 from bq_platform.lib.transform import (
-    CATEGORY_NON_PAGE,
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
@@ -303,32 +302,11 @@ def _run_spark(
         rows = slim(classified).persist()
         try:
             category = F.col("category")
-            file_counts = (
-                rows.groupBy("file_no")
-                .agg(
-                    F.count(F.lit(1)).alias("lines_read"),
-                    F.min("line_no").alias("first_line"),
-                    F.max("line_no").alias("last_line"),
-                    *[
-                        F.count_if(category == c).alias(c)
-                        for c in (
-                            CATEGORY_PAGE,
-                            CATEGORY_NON_PAGE,
-                            CATEGORY_REJECTED,
-                            CATEGORY_OUT_OF_WINDOW,
-                        )
-                    ],
-                    F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias(
-                        "sample_rows"
-                    ),
-                    *rejected_counts(),
-                )
-                .collect()
-            )
-            unmatched = [r for r in file_counts if r["file_no"] is None]
+            counts = file_counts(rows).collect()
+            unmatched = [r for r in counts if r["file_no"] is None]
             bad_numbers = [
                 kept[r["file_no"]].data_key
-                for r in file_counts
+                for r in counts
                 if r["file_no"] is not None
                 and (r["first_line"] != 1 or r["last_line"] != r["lines_read"])
             ]
@@ -338,12 +316,12 @@ def _run_spark(
                     f"({sum(r['lines_read'] for r in unmatched)} unmatched lines, line numbers "
                     f"not 1..n in {bad_numbers[:5]}); nothing was written"
                 )
-            for r in file_counts:
+            for r in counts:
                 values = r.asDict()
                 data_key = kept[values.pop("file_no")].data_key
                 per_file[data_key] = {k: int(v) for k, v in values.items()}
                 per_file[data_key][_SAMPLES] = {}
-            if any(r[CATEGORY_REJECTED] for r in file_counts):  # clean data: no job
+            if any(r[CATEGORY_REJECTED] for r in counts):  # clean data: no job
                 for r in rejected_samples(rows).collect():
                     samples = r.asDict()
                     data_key = kept[samples.pop("file_no")].data_key
@@ -363,8 +341,8 @@ def _run_spark(
                 .collect()
             ):
                 visitors[units[r["unit_no"]]] = (int(r["visitors"]), int(r["sampled"]))
-            n_lines = sum(int(r["lines_read"]) for r in file_counts)  # this pass's files only
-            n_pages = sum(int(r[CATEGORY_PAGE]) for r in file_counts)
+            n_lines = sum(int(r["lines_read"]) for r in counts)  # this pass's files only
+            n_pages = sum(int(r[CATEGORY_PAGE]) for r in counts)
             log.info(
                 "read and classified %d lines of %d files in %.1f s: %d pageviews",
                 n_lines,
@@ -378,7 +356,7 @@ def _run_spark(
             page_rows = pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
             write_hour_folders(page_rows, store.uri(full_prefix))
             sample_rows = page_rows.where(F.col("in_sample"))
-            n_sample = sum(int(r["sample_rows"]) for r in file_counts)
+            n_sample = sum(int(r["sample_rows"]) for r in counts)
             if 0 < n_sample <= DRIVER_SAMPLE_ROWS:
                 schema = pageview_arrow_schema()
                 write_hour_files(sample_rows.toArrow(), store, sample_prefix, schema)
@@ -386,7 +364,7 @@ def _run_spark(
                 write_hour_folders(sample_rows.coalesce(1), store.uri(sample_prefix))
             # The counts say whether this pass has dead letters; without any, the job (a scan of
             # the cache, 0.3-0.6 s) is skipped: its hours get their empty file like any other.
-            if any(r[CATEGORY_REJECTED] or r[CATEGORY_OUT_OF_WINDOW] for r in file_counts):
+            if any(r[CATEGORY_REJECTED] or r[CATEGORY_OUT_OF_WINDOW] for r in counts):
                 dead = rows.where(category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW))
                 write_hour_folders(dead_letter_rows(dead), store.uri(dead_prefix))
             log.info("wrote Parquet (full, sample, dead letters) in %.1f s", time.monotonic() - t1)

@@ -19,6 +19,7 @@ from bq_platform.lib.hour_manifests import (
 )
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.transform import (
+    CATEGORIES,
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
@@ -91,6 +92,27 @@ def dead_letter_rows(dead: DataFrame) -> DataFrame:
         delivery_hour.alias("delivery_hour"),
         F.to_date(delivery_hour).alias("delivery_date"),
     ).select(*DEADLETTER_COLUMNS, F.col("hour_label").alias(HOUR_FOLDER_COLUMN))
+
+
+def file_counts(rows: DataFrame) -> DataFrame:
+    """The per-file counts of a pass, one row per ``file_no`` of :func:`slim`'s ``rows``.
+
+    Columns: ``file_no``; ``lines_read``; ``first_line`` and ``last_line`` (the build checks
+    that a file's line numbers are exactly ``1..lines_read``); one count per category of
+    :data:`~bq_platform.lib.transform.CATEGORIES` (``page``, ``non_page``, ``rejected``,
+    ``out_of_window``); ``sample_rows`` (pages of sampled visitors); and
+    :func:`rejected_counts`. All counts are lines (BIGINT). The build's first action, which
+    also fills its cache; :mod:`bq_platform.lib.build_warmup` plans the same aggregation.
+    """
+    category = F.col("category")
+    return rows.groupBy("file_no").agg(
+        F.count(F.lit(1)).alias("lines_read"),
+        F.min("line_no").alias("first_line"),
+        F.max("line_no").alias("last_line"),
+        *[F.count_if(category == c).alias(c) for c in CATEGORIES],
+        F.count_if((category == CATEGORY_PAGE) & F.col("in_sample")).alias("sample_rows"),
+        *rejected_counts(),
+    )
 
 
 def rejected_counts() -> list[Column]:

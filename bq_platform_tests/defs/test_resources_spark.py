@@ -8,15 +8,44 @@ import pytest
 
 from bq_platform.defs import resources
 from bq_platform.defs.resources import SparkResource
+from bq_platform.lib import build_warmup
 from bq_platform.lib.spark import spark_config
 
 
 def test_the_background_start_builds_the_resources_own_session(monkeypatch) -> None:
     started: list[dict] = []
     monkeypatch.setattr(resources, "spark_session_from_config", started.append)
+    monkeypatch.setattr(build_warmup, "plan_build_pass", lambda session: 0.0)
     resource = SparkResource(spark_config=spark_config("local[1]"))
     resource.start_in_background().join(timeout=10)
     assert started == [resource.spark_config]
+
+
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+def test_a_local_background_start_then_warms_the_builds_planning(monkeypatch, master) -> None:
+    """A local driver is a new JVM per run: its planner is warmed on the started session (on a
+    cluster, the tiny pass's file would be on the driver's disk only)."""
+    session, warmed = object(), []
+    monkeypatch.setattr(resources, "spark_session_from_config", lambda config: session)
+    monkeypatch.setattr(resources, "ensure_local_spark_env", lambda: None)
+    monkeypatch.setattr(build_warmup, "plan_build_pass", lambda s: warmed.append(s) or 0.0)
+    SparkResource(spark_config=spark_config(master)).start_in_background().join(timeout=10)
+    assert warmed == ([session] if master.startswith("local") else [])
+
+
+def test_a_failed_warmup_is_only_a_lost_head_start(monkeypatch, caplog) -> None:
+    def fail(session: object) -> float:
+        raise RuntimeError("no space left on device")
+
+    monkeypatch.setattr(resources, "spark_session_from_config", lambda config: object())
+    monkeypatch.setattr(build_warmup, "plan_build_pass", fail)
+    caplog.set_level(logging.DEBUG, logger=resources.__name__)
+    thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    (record,) = [r for r in caplog.records if r.name == resources.__name__]
+    assert record.levelno == logging.DEBUG and "warm-up failed" in record.getMessage()
+    assert "no space left" in record.exc_text
 
 
 def test_a_failed_background_start_is_left_to_the_run(monkeypatch, caplog) -> None:
