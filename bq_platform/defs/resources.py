@@ -18,6 +18,7 @@ import abc
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -137,16 +138,26 @@ class BigQueryWarehouseResource(WarehouseResource):
 
 
 class SparkResource(PySparkResource):
-    """dagster-pyspark's session resource, bound to loopback when the master is local."""
+    """dagster-pyspark's session resource, bound to loopback when the master is local; a local
+    session's planner is warmed once, beside the run (:func:`warm_up_once`)."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.prepare_environment()
         super().setup_for_execution(context)
+        if self.is_local:  # a run launched from the UI or a sensor: a new process, a cold JVM
+            threading.Thread(
+                target=warm_up_once, args=(self.spark_session,), name="spark-warmup", daemon=True
+            ).start()
+
+    @property
+    def is_local(self) -> bool:
+        """True if the master runs the driver and the tasks in this process's JVM."""
+        return str(self.spark_config.get("spark.master", "")).startswith("local")
 
     def prepare_environment(self) -> None:
         """What this process needs before the session starts: a local master binds to loopback
         (:func:`~bq_platform.lib.spark.ensure_local_spark_env`); other masters need nothing."""
-        if str(self.spark_config.get("spark.master", "")).startswith("local"):
+        if self.is_local:
             ensure_local_spark_env()
 
     def start_in_background(self) -> threading.Thread:
@@ -157,32 +168,25 @@ class SparkResource(PySparkResource):
         then gets this same session, or waits for it if it is still starting. ``bq-platform run``
         starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9) runs
         while Dagster creates the run and writes its planned events. With a local master the
-        thread then plans a tiny build pass (:func:`~bq_platform.lib.build_warmup.plan_build_pass`,
-        on a session of its own), so the new JVM's planner is warm when the build plans its
-        own pass. A failure here is only logged at DEBUG: the run's own resource
-        initialisation fails the same way and reports it, once; a failed warm-up only loses
-        the head start.
+        thread then warms the new JVM's planner (:func:`warm_up_once`). A failure here is only
+        logged at DEBUG: the run's own resource initialisation fails the same way and reports
+        it, once.
 
         Returns:
-            The started thread (it ends when the session is up, or has failed).
+            The started thread (it ends when the session is up and, local, warmed; or has
+            failed).
         """
         self.prepare_environment()
-        local = str(self.spark_config.get("spark.master", "")).startswith("local")
+        local = self.is_local
 
         def start() -> None:
-            log = logging.getLogger(__name__)
             try:
                 session = spark_session_from_config(self.spark_config)
             except Exception:  # the run reports it (see above)
-                log.debug("Spark pre-start failed", exc_info=True)
+                logging.getLogger(__name__).debug("Spark pre-start failed", exc_info=True)
                 return
-            if local:  # a fresh local driver JVM: warm its planner (lib/build_warmup.py)
-                try:  # imported here, on this thread: off the run's critical path
-                    from bq_platform.lib.build_warmup import plan_build_pass
-
-                    log.debug("build planning warm-up: %.2f s", plan_build_pass(session))
-                except Exception:  # only a lost head start; the build plans on its own
-                    log.debug("build planning warm-up failed", exc_info=True)
+            if local:
+                warm_up_once(session)
 
         thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
         thread.start()
@@ -190,6 +194,35 @@ class SparkResource(PySparkResource):
             target=import_pyspark_converters, name="spark-prestart-imports", daemon=True
         ).start()
         return thread
+
+
+_warmed_sessions: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_warmed_lock = threading.Lock()
+
+
+def warm_up_once(session: Any) -> None:
+    """Plan a one-file build pass on ``session``'s JVM, once per session
+    (:func:`~bq_platform.lib.build_warmup.plan_build_pass`: a session of its own, no job), so
+    the build's own planning finds Spark's planner loaded and profiled (issue 9,
+    docs/PERFORMANCE.md, "A planning warm-up while the run starts").
+
+    ``bq-platform run`` calls it on its pre-start thread, and a run's
+    :meth:`SparkResource.setup_for_execution` on a thread of its own, which then does nothing
+    for a session already warmed. A failure is logged at DEBUG only: it loses a head start,
+    nothing else.
+    """
+    log = logging.getLogger(__name__)
+    try:
+        with _warmed_lock:
+            if session in _warmed_sessions:
+                return
+            _warmed_sessions.add(session)
+        # Imported here, on the caller's thread: off the run's critical path.
+        from bq_platform.lib.build_warmup import plan_build_pass
+
+        log.debug("build planning warm-up: %.2f s", plan_build_pass(session))
+    except Exception:
+        log.debug("build planning warm-up failed", exc_info=True)
 
 
 def import_pyspark_converters() -> None:

@@ -3,7 +3,10 @@
 import logging
 import subprocess
 import sys
+import threading
 
+import dagster as dg
+import dagster_pyspark.resources
 import pytest
 
 from bq_platform.defs import resources
@@ -21,11 +24,15 @@ def test_the_background_start_builds_the_resources_own_session(monkeypatch) -> N
     assert started == [resource.spark_config]
 
 
+class FakeSession:
+    """Stands for a started session: only its identity matters here."""
+
+
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
 def test_a_local_background_start_then_warms_the_builds_planning(monkeypatch, master) -> None:
     """A local driver is a new JVM per run: its planner is warmed on the started session (on a
     cluster, the tiny pass's file would be on the driver's disk only)."""
-    session, warmed = object(), []
+    session, warmed = FakeSession(), []
     monkeypatch.setattr(resources, "spark_session_from_config", lambda config: session)
     monkeypatch.setattr(resources, "ensure_local_spark_env", lambda: None)
     monkeypatch.setattr(build_warmup, "plan_build_pass", lambda s: warmed.append(s) or 0.0)
@@ -33,11 +40,39 @@ def test_a_local_background_start_then_warms_the_builds_planning(monkeypatch, ma
     assert warmed == ([session] if master.startswith("local") else [])
 
 
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+def test_a_runs_local_session_is_warmed_once(monkeypatch, master) -> None:
+    """A run launched from the UI or a sensor starts its session in the resource: a local one
+    is warmed beside the run, once however many resources share it (``bq-platform run``'s
+    pre-start thread has usually warmed it already)."""
+    session, warmed = FakeSession(), []
+    done = threading.Event()
+
+    def plan(s: object) -> float:
+        warmed.append(s)
+        done.set()
+        return 0.0
+
+    monkeypatch.setattr(dagster_pyspark.resources, "spark_session_from_config", lambda c: session)
+    monkeypatch.setattr(resources, "ensure_local_spark_env", lambda: None)
+    monkeypatch.setattr(build_warmup, "plan_build_pass", plan)
+    for _ in range(2):
+        SparkResource(spark_config=spark_config(master)).setup_for_execution(
+            dg.build_init_resource_context()
+        )
+    if master.startswith("local"):
+        assert done.wait(timeout=10)
+        resources.warm_up_once(session)  # what the pre-start thread would do: nothing more
+        assert warmed == [session]
+    else:  # a warm-up thread, had one started, would have called the fake within this time
+        assert not done.wait(timeout=0.5) and warmed == []
+
+
 def test_a_failed_warmup_is_only_a_lost_head_start(monkeypatch, caplog) -> None:
     def fail(session: object) -> float:
         raise RuntimeError("no space left on device")
 
-    monkeypatch.setattr(resources, "spark_session_from_config", lambda config: object())
+    monkeypatch.setattr(resources, "spark_session_from_config", lambda config: FakeSession())
     monkeypatch.setattr(build_warmup, "plan_build_pass", fail)
     caplog.set_level(logging.DEBUG, logger=resources.__name__)
     thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
@@ -46,20 +81,6 @@ def test_a_failed_warmup_is_only_a_lost_head_start(monkeypatch, caplog) -> None:
     (record,) = [r for r in caplog.records if r.name == resources.__name__]
     assert record.levelno == logging.DEBUG and "warm-up failed" in record.getMessage()
     assert "no space left" in record.exc_text
-
-
-def test_a_failed_background_start_is_left_to_the_run(monkeypatch, caplog) -> None:
-    def refuse(config: dict) -> None:
-        raise RuntimeError("Java gateway process exited before sending its port number")
-
-    monkeypatch.setattr(resources, "spark_session_from_config", refuse)
-    caplog.set_level(logging.DEBUG, logger=resources.__name__)
-    thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    (record,) = [r for r in caplog.records if r.name == resources.__name__]
-    assert record.levelno == logging.DEBUG and "pre-start failed" in record.getMessage()
-    assert "Java gateway" in record.exc_text
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
