@@ -30,6 +30,7 @@ import time
 
 from pyspark.sql import SparkSession
 
+from bq_platform.lib import layout
 from bq_platform.lib.build_frames import file_counts, slim
 from bq_platform.lib.build_read import BUILD_SQL_CONF, read_lines, sql_conf
 from bq_platform.lib.manifest import LandedManifest
@@ -64,7 +65,8 @@ def plan_build_pass(spark: SparkSession) -> float:
     with tempfile.TemporaryDirectory(prefix="bq-platform-warmup-") as folder:
         store = LocalObjectStore(folder)
         data = gzip.compress(WARMUP_LINES)
-        key = f"landing/pageviews/site={WARMUP_SITE}/hour=1995-08-01T00/warmup.log.gz"
+        sha256 = hashlib.sha256(data).hexdigest()
+        key = layout.landed_data_key(WARMUP_SITE, WARMUP_HOUR, sha256)
         store.write_bytes(key, data)
         manifest = LandedManifest(
             site=WARMUP_SITE,
@@ -72,7 +74,7 @@ def plan_build_pass(spark: SparkSession) -> float:
             data_key=key,
             lines=WARMUP_LINES.count(b"\n"),
             bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=sha256,
         )
         with sql_conf(session, BUILD_SQL_CONF):
             lines = read_lines(session, store, [manifest])
