@@ -18,7 +18,6 @@ import abc
 import logging
 import os
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +138,15 @@ class BigQueryWarehouseResource(WarehouseResource):
 
 class SparkResource(PySparkResource):
     """dagster-pyspark's session resource, bound to loopback when the master is local; a local
-    session's planner is warmed once, beside the run (:func:`warm_up_once`)."""
+    session's planner is warmed once, beside the run
+    (:func:`~bq_platform.lib.build_warmup.warm_up_once`)."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.prepare_environment()
         super().setup_for_execution(context)
         if self.is_local:  # a run launched from the UI or a sensor: a new process, a cold JVM
             threading.Thread(
-                target=warm_up_once, args=(self.spark_session,), name="spark-warmup", daemon=True
+                target=_warm_up, args=(self.spark_session,), name="spark-warmup", daemon=True
             ).start()
 
     @property
@@ -168,7 +168,8 @@ class SparkResource(PySparkResource):
         then gets this same session, or waits for it if it is still starting. ``bq-platform run``
         starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9) runs
         while Dagster creates the run and writes its planned events. With a local master the
-        thread then warms the new JVM's planner (:func:`warm_up_once`). A failure here is only
+        thread then warms the new JVM's planner
+        (:func:`~bq_platform.lib.build_warmup.warm_up_once`). A failure here is only
         logged at DEBUG: the run's own resource initialisation fails the same way and reports
         it, once.
 
@@ -186,7 +187,7 @@ class SparkResource(PySparkResource):
                 logging.getLogger(__name__).debug("Spark pre-start failed", exc_info=True)
                 return
             if local:
-                warm_up_once(session)
+                _warm_up(session)
 
         thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
         thread.start()
@@ -196,33 +197,12 @@ class SparkResource(PySparkResource):
         return thread
 
 
-_warmed_sessions: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_warmed_lock = threading.Lock()
+def _warm_up(session: Any) -> None:
+    """:func:`~bq_platform.lib.build_warmup.warm_up_once` on ``session``, imported here, on the
+    calling (background) thread: off the run's critical path."""
+    from bq_platform.lib.build_warmup import warm_up_once
 
-
-def warm_up_once(session: Any) -> None:
-    """Plan a one-file build pass on ``session``'s JVM, once per session
-    (:func:`~bq_platform.lib.build_warmup.plan_build_pass`: a session of its own, no job), so
-    the build's own planning finds Spark's planner loaded and profiled (issue 9,
-    docs/PERFORMANCE.md, "A planning warm-up while the run starts").
-
-    ``bq-platform run`` calls it on its pre-start thread, and a run's
-    :meth:`SparkResource.setup_for_execution` on a thread of its own, which then does nothing
-    for a session already warmed. A failure is logged at DEBUG only: it loses a head start,
-    nothing else.
-    """
-    log = logging.getLogger(__name__)
-    try:
-        with _warmed_lock:
-            if session in _warmed_sessions:
-                return
-            _warmed_sessions.add(session)
-        # Imported here, on the caller's thread: off the run's critical path.
-        from bq_platform.lib.build_warmup import plan_build_pass
-
-        log.debug("build planning warm-up: %.2f s", plan_build_pass(session))
-    except Exception:
-        log.debug("build planning warm-up failed", exc_info=True)
+    warm_up_once(session)
 
 
 def import_pyspark_converters() -> None:

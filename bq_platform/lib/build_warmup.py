@@ -25,8 +25,12 @@ both cores for longer than the build waits (docs/PERFORMANCE.md).
 import datetime as dt
 import gzip
 import hashlib
+import logging
 import tempfile
+import threading
 import time
+import weakref
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -86,3 +90,26 @@ def plan_build_pass(spark: SparkSession) -> float:
             )
             file_counts(slim(classified))._jdf.queryExecution().executedPlan()
     return time.monotonic() - started
+
+
+_warmed_sessions: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_warmed_lock = threading.Lock()
+
+
+def warm_up_once(session: Any) -> None:
+    """:func:`plan_build_pass` on ``session``'s JVM, once per session.
+
+    ``bq-platform run`` calls it on its pre-start thread
+    (``SparkResource.start_in_background``), and a run's ``SparkResource.setup_for_execution``
+    on a thread of its own, which then does nothing for a session already warmed; local
+    masters only. A failure is logged at DEBUG only: it loses a head start, nothing else.
+    """
+    log = logging.getLogger(__name__)
+    try:
+        with _warmed_lock:
+            if session in _warmed_sessions:
+                return
+            _warmed_sessions.add(session)
+        log.debug("build planning warm-up: %.2f s", plan_build_pass(session))
+    except Exception:
+        log.debug("build planning warm-up failed", exc_info=True)

@@ -62,7 +62,7 @@ def test_a_runs_local_session_is_warmed_once(monkeypatch, master) -> None:
         )
     if master.startswith("local"):
         assert done.wait(timeout=10)
-        resources.warm_up_once(session)  # what the pre-start thread would do: nothing more
+        build_warmup.warm_up_once(session)  # what the pre-start thread would do: nothing more
         assert warmed == [session]
     else:  # a warm-up thread, had one started, would have called the fake within this time
         assert not done.wait(timeout=0.5) and warmed == []
@@ -74,11 +74,11 @@ def test_a_failed_warmup_is_only_a_lost_head_start(monkeypatch, caplog) -> None:
 
     monkeypatch.setattr(resources, "spark_session_from_config", lambda config: FakeSession())
     monkeypatch.setattr(build_warmup, "plan_build_pass", fail)
-    caplog.set_level(logging.DEBUG, logger=resources.__name__)
+    caplog.set_level(logging.DEBUG, logger=build_warmup.__name__)
     thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
     thread.join(timeout=10)
     assert not thread.is_alive()
-    (record,) = [r for r in caplog.records if r.name == resources.__name__]
+    (record,) = [r for r in caplog.records if r.name == build_warmup.__name__]
     assert record.levelno == logging.DEBUG and "warm-up failed" in record.getMessage()
     assert "no space left" in record.exc_text
 
