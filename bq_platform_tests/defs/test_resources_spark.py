@@ -15,17 +15,33 @@ from bq_platform.lib import build_warmup
 from bq_platform.lib.spark import spark_config
 
 
+class FakeSession:
+    """Stands for a started session: only its identity matters here."""
+
+
 def test_the_background_start_builds_the_resources_own_session(monkeypatch) -> None:
     started: list[dict] = []
-    monkeypatch.setattr(resources, "spark_session_from_config", started.append)
+    monkeypatch.setattr(
+        resources, "spark_session_from_config", lambda c: started.append(c) or FakeSession()
+    )
     monkeypatch.setattr(build_warmup, "plan_build_pass", lambda session: 0.0)
     resource = SparkResource(spark_config=spark_config("local[1]"))
     resource.start_in_background().join(timeout=10)
     assert started == [resource.spark_config]
 
 
-class FakeSession:
-    """Stands for a started session: only its identity matters here."""
+def test_a_failed_background_start_is_left_to_the_run(monkeypatch, caplog) -> None:
+    def refuse(config: dict) -> None:
+        raise RuntimeError("Java gateway process exited before sending its port number")
+
+    monkeypatch.setattr(resources, "spark_session_from_config", refuse)
+    caplog.set_level(logging.DEBUG, logger=resources.__name__)
+    thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    (record,) = [r for r in caplog.records if r.name == resources.__name__]
+    assert record.levelno == logging.DEBUG and "pre-start failed" in record.getMessage()
+    assert "Java gateway" in record.exc_text
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])

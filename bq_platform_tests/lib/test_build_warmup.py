@@ -6,10 +6,13 @@ import threading
 import pytest
 
 from bq_platform.lib import build_warmup
+from bq_platform.lib.build import build_hours
 from bq_platform.lib.build_read import BUILD_SQL_CONF
 from bq_platform.lib.logformat import parse_line
+from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
 from bq_platform.lib.transform import CATEGORIES
+from bq_platform_tests.lib.build_inputs import H_NASA_1, KEY, NASA, land, real_lines
 
 OPEN_COST = "spark.sql.files.openCostInBytes"
 
@@ -65,22 +68,37 @@ def test_the_warmup_leaves_no_files(spark, monkeypatch, tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_warmup_runs_beside_a_build_on_another_thread(spark) -> None:
-    """Two threads plan at once (as ``bq-platform run``'s pre-start thread and its build do)."""
-    errors: list[BaseException] = []
+def test_a_build_beside_looping_warmups_counts_every_line(spark, access_logs, tmp_path) -> None:
+    """``bq-platform run``'s pre-start thread plans while the build plans and runs: the build's
+    files still each get their own split and line numbers 1..n, and every line is counted.
+    Whether a shared session's settings would be reset inside the build's window is a matter of
+    timing; ``test_the_warmup_never_touches_the_callers_sql_settings`` checks that for certain."""
+    store = LocalObjectStore(tmp_path / "lake")
+    lines = real_lines(access_logs)[(NASA, H_NASA_1)]
+    thirds = [lines[i::3] for i in range(3)]  # three small files: packed splits would mix them
+    for number, part in enumerate(thirds):
+        land(store, NASA, H_NASA_1, part, name=f"part-{number}.log.gz")
+    stop, errors = threading.Event(), []
 
-    def plan() -> None:
-        try:
-            build_warmup.plan_build_pass(spark)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def warm_up_until_stopped() -> None:
+        while not stop.is_set():
+            try:
+                build_warmup.plan_build_pass(spark)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
 
-    threads = [threading.Thread(target=plan) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
+    thread = threading.Thread(target=warm_up_until_stopped)
+    thread.start()
+    try:
+        (manifest,) = build_hours(spark, store, [H_NASA_1], attempt_id="beside", visitor_key=KEY)
+    finally:
+        stop.set()
         thread.join(timeout=120)
-    assert not errors and not any(t.is_alive() for t in threads)
+    assert not errors and not thread.is_alive()
+    (counts,) = manifest.counts
+    assert counts.source_lines == len(lines) and not manifest.file_mismatches
+    assert counts.pageviews + counts.non_page_hits + counts.rejected == len(lines)
 
 
 @pytest.mark.parametrize("line", build_warmup.WARMUP_LINES.decode().splitlines())
