@@ -22,7 +22,7 @@ LEGACY_PARTITION_FMT = "%Y-%m-%d-%H:%M"
 """Hourly partition keys before issue 8 (still accepted by :func:`parse_hour`)."""
 HOURLY_PARTITION_FMT = HOUR_LABEL_FMT
 
-_HOUR_LABEL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}$")
+_HOUR_LABEL_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}", re.ASCII)  # fullmatch: no "\n" after
 _LEGACY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}-\d{2}:00$")
 
 
@@ -81,9 +81,16 @@ def parse_hour_label(label: str) -> dt.datetime:
     Raises:
         ValueError: if ``label`` is not of the form ``YYYY-MM-DDTHH``.
     """
-    if not _HOUR_LABEL_RE.match(label):
+    if not _HOUR_LABEL_RE.fullmatch(label):
         raise ValueError(f"not an hour label (YYYY-MM-DDTHH): {label!r}")
-    return dt.datetime.strptime(label, HOUR_LABEL_FMT).replace(tzinfo=dt.UTC)
+    # By slices, not ``strptime`` (~25 us a call, most of a build's landing scan: 21,600 calls
+    # for the 1x bench's 3,600 landed files; issue 9). The regex leaves only digits there.
+    try:
+        return dt.datetime(
+            int(label[0:4]), int(label[5:7]), int(label[8:10]), int(label[11:13]), tzinfo=dt.UTC
+        )
+    except ValueError:  # e.g. month 13, hour 24
+        raise ValueError(f"not an hour label (YYYY-MM-DDTHH): {label!r}") from None
 
 
 def parse_hour(value: str) -> dt.datetime:

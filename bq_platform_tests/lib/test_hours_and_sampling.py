@@ -52,6 +52,30 @@ def test_day_hours_and_partition_keys_round_trip():
     assert hour_id(hours[4]) == "1995080104"
 
 
+def test_parse_hour_label_round_trips_every_hour_and_refuses_near_misses():
+    # Parsed by slices, not strptime (issue 9): it must agree with strptime on every hour of a
+    # leap year and refuse what strptime refused, with the one message.
+    start = dt.datetime(1996, 1, 1, tzinfo=UTC)
+    for hour in hours_between(start, start + dt.timedelta(days=366)):
+        label = hour_label(hour)
+        assert parse_hour_label(label) == hour
+        assert parse_hour_label(label) == dt.datetime.strptime(label, "%Y-%m-%dT%H").replace(
+            tzinfo=UTC
+        )
+    near_misses = (
+        "1995-13-01T04",  # month 13
+        "1995-02-30T04",  # no such day
+        "1995-08-01T24",  # hour 24
+        "1995-08-01T04\n",  # what "$" would let through
+        "\u0661\u0669\u0669\u0665-08-01T04",  # Unicode digits: \d without re.ASCII
+        "1995-08-01T4",
+        " 1995-08-01T04",
+    )
+    for bad in near_misses:
+        with pytest.raises(ValueError, match=r"not an hour label \(YYYY-MM-DDTHH\)"):
+            parse_hour_label(bad)
+
+
 def test_parse_hour_accepts_the_label_and_the_old_partition_spelling():
     want = dt.datetime(1995, 8, 1, 4, tzinfo=UTC)
     assert parse_hour("1995-08-01T04") == want

@@ -5,6 +5,7 @@ import tempfile
 
 import pytest
 
+from bq_platform.lib.objectstore.base import ObjectNotFoundError
 from bq_platform.lib.objectstore.local import LocalObjectStore
 
 ATTEMPTS = "staging/pageviews"
@@ -62,3 +63,37 @@ def test_a_folder_that_keeps_disappearing_fails_the_write(tmp_path, monkeypatch)
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp_after_a_cleanup)
     with pytest.raises(FileNotFoundError):
         store.write_bytes("staging/x/y.json", b"{}")
+
+
+@pytest.mark.parametrize("key", ["a/b.json", "a//b.json", "a/./b.json", "./a/b.json", "a/b/"])
+def test_names_are_what_pathlib_gives_without_pathlib(tmp_path, key) -> None:
+    # The store names its files with plain strings (issue 9: pathlib's parsing was a third of a
+    # build's landing scan); each spelling must name the file pathlib named before.
+    store = LocalObjectStore(tmp_path / "lake")
+    assert store.uri(key) == str(store.root / key)
+    for bad in ("/etc/passwd", "a/../../b", ".."):
+        with pytest.raises(ValueError, match="relative without"):
+            store.uri(bad)
+
+
+def test_listing_keys_from_the_root_and_from_a_prefix(tmp_path) -> None:
+    store = LocalObjectStore(tmp_path / "lake")
+    for key in ("top.json", "a/b/c.gz", "a/b/c.manifest.json", "a/d.json"):
+        store.write_bytes(key, key.encode())
+    assert list(store.list_objects("")) == [
+        "a/b/c.gz",
+        "a/b/c.manifest.json",
+        "a/d.json",
+        "top.json",
+    ]
+    assert store.list_objects("a/b") == {
+        "a/b/c.gz": store.stat("a/b/c.gz"),
+        "a/b/c.manifest.json": store.stat("a/b/c.manifest.json"),
+    }
+    assert [store.read_bytes(k) for k in store.list_objects("a")] == [
+        b"a/b/c.gz",
+        b"a/b/c.manifest.json",
+        b"a/d.json",
+    ]
+    with pytest.raises(ObjectNotFoundError, match=str(tmp_path / "lake" / "a" / "nothing")):
+        store.read_bytes("a/nothing")
