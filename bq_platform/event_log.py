@@ -38,6 +38,14 @@ sees a step's evaluations together, at the step's next event, not one by one; a 
 in between (``kill -9``) loses them with the step, which then has not succeeded and is run
 again. Measured in docs/PERFORMANCE.md ("Check evaluations in batches, local listings on the
 driver, rejected samples apart").
+
+Schema questions answered once: for every asset event and check evaluation, Dagster asks
+whether the tables and columns newer migrations add exist (``has_table``, which opens a new
+engine on the index database, and an inspection of the asset-key table's columns).
+:class:`BatchedSqliteEventLogStorage` remembers each True answer for its lifetime (a missing
+table is asked again, so a migration is seen at once): ~1.5 s of a 1x ``bq-platform run`` on
+a slow machine (docs/PERFORMANCE.md, "The landing scan off pathlib, Dagster's schema
+questions once").
 """
 
 import contextlib
@@ -96,6 +104,9 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         self._held_lock = threading.RLock()
         # The index transaction of a batch, for store_asset_check_event's own connections.
         self._batch_index: tuple[int, Any] | None = None
+        # Schema answers that stay true (see has_table): table names, asset-key columns.
+        self._tables_found: set[str] = set()
+        self._asset_key_columns_found: set[str] = set()
         super().__init__(base_dir, inst_data=inst_data)  # opens the index: the above first
         os.environ.setdefault(BATCH_SIZE_ENV, DEFAULT_BATCH_SIZE)
 
@@ -141,6 +152,34 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         """Write what is held back, then Dagster's ``dispose``."""
         self.flush()
         super().dispose()
+
+    def has_table(self, table_name: str) -> bool:
+        """Dagster's answer, remembered once it is True.
+
+        Dagster asks it for every asset event and check evaluation it stores
+        (``_store_asset_event_tags``, ``supports_asset_checks``: tables a migration may not yet
+        have created), and ``SqliteEventLogStorage.has_table`` opens a new engine and
+        connection on the index database each time: ~1.5 s of a 1x ``bq-platform run``'s
+        ~1,000 events on a slow machine (issue 9, docs/PERFORMANCE.md). A table that exists
+        stays (migrations add tables, nothing here drops one), so only a missing table is
+        asked again.
+        """
+        if table_name in self._tables_found:
+            return True
+        found = super().has_table(table_name)
+        if found:
+            self._tables_found.add(table_name)
+        return found
+
+    def _has_asset_key_col_on_connection(self, conn: Any, column_name: str) -> bool:
+        """Dagster's answer (an inspection of the asset-key table's columns on each asset
+        event), remembered once it is True, as :meth:`has_table`."""
+        if column_name in self._asset_key_columns_found:
+            return True
+        found = super()._has_asset_key_col_on_connection(conn, column_name)
+        if found:
+            self._asset_key_columns_found.add(column_name)
+        return found
 
     def index_connection(self) -> AbstractContextManager[Any]:
         """Dagster's index connection, or the open transaction of a batch on its own thread

@@ -304,3 +304,44 @@ def test_held_evaluations_are_stored_one_by_one_when_their_batch_fails(
     assert failures == [1]
     assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(3)]
     assert len(storage.get_logs_for_run("run-1")) == 3  # the run's log written once
+
+
+def test_schema_questions_are_asked_once_per_storage_and_a_missing_table_again(
+    tmp_path, monkeypatch
+):
+    # Dagster asks has_table (a new engine each time) and inspects the asset-key columns for
+    # every asset event and check evaluation; the storage remembers a True (issue 9).
+    asked: Counter = Counter()
+    has_table = dg._core.storage.event_log.SqliteEventLogStorage.has_table  # noqa: SLF001
+    has_column = dg._core.storage.event_log.SqliteEventLogStorage._has_asset_key_col_on_connection  # noqa: SLF001
+    missing = {"asset_event_tags"}  # as if a migration had not created it yet
+
+    def counting_has_table(self, name):
+        asked[name] += 1
+        return False if name in missing else has_table(self, name)
+
+    def counting_has_column(self, conn, name):
+        asked[f"column {name}"] += 1
+        return has_column(self, conn, name)
+
+    monkeypatch.setattr(
+        dg._core.storage.event_log.SqliteEventLogStorage, "has_table", counting_has_table
+    )
+    monkeypatch.setattr(
+        dg._core.storage.event_log.SqliteEventLogStorage,
+        "_has_asset_key_col_on_connection",
+        counting_has_column,
+    )
+    instance = instance_in(tmp_path / "home", plain=False)
+    asked.clear()
+
+    run_range(instance)
+    once = {k: v for k, v in asked.items() if k not in missing}
+    assert once and set(once.values()) == {1}  # each True answer asked once
+    assert asked["asset_event_tags"] > 1  # a False is asked again every time
+    missing.clear()  # "migrated": found, then remembered
+    asked.clear()
+    run_range(instance)
+    assert asked == {"asset_event_tags": 1}
+    tags = instance.event_log_storage.get_event_tags_for_asset(dg.AssetKey("first"))
+    assert tags == [{"dagster/data_version": "v1"}] * 6  # written once the table "exists"

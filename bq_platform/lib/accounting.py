@@ -63,16 +63,21 @@ class SiteHourCounts:
         return self.source_lines == self.accounted
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict; ``hour`` as ``YYYY-MM-DDTHH:00:00+00:00``."""
-        data = dataclasses.asdict(self)
+        """JSON-ready dict; ``hour`` as ``YYYY-MM-DDTHH:00:00+00:00``.
+
+        Field by field, not ``dataclasses.asdict`` (which deep-copies every value: 85 us a
+        site-hour, 0.3 s for the 3,600 of the 1x bench's hour manifests, written after Spark's
+        last job; issue 9)."""
+        data = {name: getattr(self, name) for name in _COUNTS_FIELDS}
         data["hour"] = self.hour.isoformat()
+        data["rejected_reasons"] = dict(self.rejected_reasons)
+        data["rejected_samples"] = list(self.rejected_samples)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "SiteHourCounts":
         """Inverse of :meth:`to_json`; unknown keys are ignored (forward compatible)."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
+        values = {k: v for k, v in data.items() if k in _COUNTS_FIELDS}
         values["hour"] = dt.datetime.fromisoformat(values["hour"]).astimezone(dt.UTC)
         values["rejected_reasons"] = {
             str(k): int(v) for k, v in dict(values.get("rejected_reasons") or {}).items()
@@ -80,6 +85,9 @@ class SiteHourCounts:
         values["rejected_samples"] = tuple(str(x) for x in values.get("rejected_samples") or ())
         return cls(**values)
 
+
+#: :class:`SiteHourCounts`' fields in order (the keys of its JSON).
+_COUNTS_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SiteHourCounts))
 
 AUDIT_COLUMNS: tuple[str, ...] = (
     "site",
