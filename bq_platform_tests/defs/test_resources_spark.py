@@ -30,18 +30,33 @@ def test_the_background_start_builds_the_resources_own_session(monkeypatch) -> N
     assert started == [resource.spark_config]
 
 
-def test_a_failed_background_start_is_left_to_the_run(monkeypatch, caplog) -> None:
-    def refuse(config: dict) -> None:
-        raise RuntimeError("Java gateway process exited before sending its port number")
+@pytest.mark.parametrize(
+    ("failing", "logger", "message", "cause"),
+    [
+        ("start", resources.__name__, "pre-start failed", "Java gateway process exited"),
+        ("warm-up", build_warmup.__name__, "warm-up failed", "no space left on device"),
+    ],
+)
+def test_a_failed_background_start_or_warmup_is_one_debug_line(
+    monkeypatch, caplog, failing, logger, message, cause
+) -> None:
+    """The run's own resource start reports a failed start, once; a failed warm-up only loses
+    a head start. Either way the thread ends and logs one DEBUG line with the cause."""
 
-    monkeypatch.setattr(resources, "spark_session_from_config", refuse)
-    caplog.set_level(logging.DEBUG, logger=resources.__name__)
+    def fail(*args: object) -> None:
+        raise RuntimeError(cause)
+
+    start = fail if failing == "start" else (lambda config: FakeSession())
+    monkeypatch.setattr(resources, "spark_session_from_config", start)
+    monkeypatch.setattr(build_warmup, "plan_build_pass", fail)
+    caplog.set_level(logging.DEBUG)
     thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
     thread.join(timeout=10)
     assert not thread.is_alive()
-    (record,) = [r for r in caplog.records if r.name == resources.__name__]
-    assert record.levelno == logging.DEBUG and "pre-start failed" in record.getMessage()
-    assert "Java gateway" in record.exc_text
+    ours = [r for r in caplog.records if r.name in (resources.__name__, build_warmup.__name__)]
+    (record,) = ours  # a failed start never reaches the warm-up
+    assert record.name == logger and record.levelno == logging.DEBUG
+    assert message in record.getMessage() and cause in record.exc_text
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
@@ -82,21 +97,6 @@ def test_a_runs_local_session_is_warmed_once(monkeypatch, master) -> None:
         assert warmed == [session]
     else:  # a warm-up thread, had one started, would have called the fake within this time
         assert not done.wait(timeout=0.5) and warmed == []
-
-
-def test_a_failed_warmup_is_only_a_lost_head_start(monkeypatch, caplog) -> None:
-    def fail(session: object) -> float:
-        raise RuntimeError("no space left on device")
-
-    monkeypatch.setattr(resources, "spark_session_from_config", lambda config: FakeSession())
-    monkeypatch.setattr(build_warmup, "plan_build_pass", fail)
-    caplog.set_level(logging.DEBUG, logger=build_warmup.__name__)
-    thread = SparkResource(spark_config=spark_config("local[1]")).start_in_background()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    (record,) = [r for r in caplog.records if r.name == build_warmup.__name__]
-    assert record.levelno == logging.DEBUG and "warm-up failed" in record.getMessage()
-    assert "no space left" in record.exc_text
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
