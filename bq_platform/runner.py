@@ -349,23 +349,27 @@ class PipelineRunner:
         days = sorted(set(days))
         if not days:
             return
+        by_day: dict[dt.date, dict[str, list[dict[str, Any]]]] = {}
+        for day in days:
+            hours = day_hours(day)
+            rows = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+            by_site = by_day[day] = {}
+            for row in rows:
+                by_site.setdefault(row["site"], []).append(row)
+        # As wide as the longest site name, so the numbers stay in their columns.
+        width = max([16, *(len(site) for by_site in by_day.values() for site in by_site)])
         header = (
-            f"{'day':<10} {'site':<16} {'source':>8} {'pages':>8} {'non-page':>8} "
+            f"{'day':<10} {'site':<{width}} {'source':>8} {'pages':>8} {'non-page':>8} "
             f"{'rejected':>8} {'dupes':>6} {'out-win':>7} {'sample':>6} {'hours ok':>9}"
         )
         self.echo("\n" + header)
         self.echo("-" * len(header))
-        for day in days:
-            hours = day_hours(day)
-            rows = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
-            by_site: dict[str, list[dict[str, Any]]] = {}
-            for row in rows:
-                by_site.setdefault(row["site"], []).append(row)
+        for day, by_site in by_day.items():
             for site, site_rows in sorted(by_site.items()):
                 s = {k: sum(r[k] for r in site_rows) for k in COUNT_FIELDS}
                 ok = sum(row_balanced(r) for r in site_rows)
                 self.echo(
-                    f"{day!s:<10} {site:<16} {s['source_lines']:>8} {s['pageviews']:>8} "
+                    f"{day!s:<10} {site:<{width}} {s['source_lines']:>8} {s['pageviews']:>8} "
                     f"{s['non_page_hits']:>8} {s['rejected']:>8} {s['duplicates']:>6} "
                     f"{s['out_of_window']:>7} {s['sample_rows']:>6} {ok:>4}/{len(site_rows):<4}"
                 )

@@ -134,3 +134,34 @@ def test_the_cleanup_after_a_run_says_what_it_deleted_and_what_it_could_not_read
     assert store.exists(torn)
     runner.clean_attempts()  # nothing left to delete: the unreadable record is said again
     assert "1 unreadable superseded records kept" in lines[1] and "; full pass" not in lines[1]
+
+
+class _AuditRows:
+    """Stands in for the warehouse of :meth:`PipelineRunner.print_summary`: audit rows only."""
+
+    def __init__(self, sites: list[str]) -> None:
+        self.sites = sites
+
+    def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict]:
+        counts = {"pageviews": 40, "non_page_hits": 50, "rejected": 3, "duplicates": 0}
+        return [
+            {"site": site, "source_lines": 93, "out_of_window": 0, "sample_rows": 1, **counts}
+            for site in self.sites
+        ]
+
+
+def test_the_summary_keeps_its_columns_for_long_site_names(tmp_path):
+    """A site name longer than the column (``syn001.ksc.nasa.gov``) widens it for every row,
+    so each number stays under its heading."""
+    lines: list[str] = []
+    runner = _runner(tmp_path, [])
+    runner.echo = lines.append
+    runner.warehouse = _AuditRows(["epa.gov", "syn001.ksc.nasa.gov.example"])  # type: ignore
+    runner.print_summary([D1])
+    header = lines[0].strip()
+    rows = [line for line in lines if line.startswith(str(D1))]
+    assert len(rows) == 2
+    for row in rows:
+        for heading, value in (("source", "93"), ("pages", "40"), ("rejected", "3")):
+            column_end = header.index(heading) + len(heading)
+            assert row[column_end - len(value) : column_end] == value, (heading, row)

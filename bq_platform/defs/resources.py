@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster_pyspark import PySparkResource
+from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
@@ -136,18 +136,23 @@ class BigQueryWarehouseResource(WarehouseResource):
         )
 
 
-class SparkResource(PySparkResource):
-    """dagster-pyspark's session resource, bound to loopback when the master is local; a local
-    session's planner is warmed once, beside the run
-    (:func:`~bq_platform.lib.build_warmup.warm_up_once`)."""
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy session resource (the session is made on the first use of
+    ``spark_session``), started in the background when a run sets it up, bound to loopback
+    when the master is local; a local session's planner is warmed once, beside the run
+    (:func:`~bq_platform.lib.build_warmup.warm_up_once`).
+
+    So a run's resource set-up does not wait for the JVM: the build step lists and checks the
+    landing zone while it starts, and waits for the session at its first use of
+    ``spark_session`` (:func:`~bq_platform.lib.build.build_hours` takes ``lambda:
+    spark.spark_session``; ``SparkSession.builder.getOrCreate`` waits for the start under way).
+    A 1x ``bq-platform run`` on a slow 2-core machine waited 1.2-2.1 s in the set-up before
+    the build step started (issue 9, docs/PERFORMANCE.md). A failed start is raised by
+    ``spark_session``, in the step, once.
+    """
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self.prepare_environment()
-        super().setup_for_execution(context)
-        if self.is_local:  # a run launched from the UI or a sensor: a new process, a cold JVM
-            threading.Thread(
-                target=_warm_up, args=(self.spark_session,), name="spark-warmup", daemon=True
-            ).start()
+        self.start_in_background()
 
     @property
     def is_local(self) -> bool:
@@ -164,14 +169,16 @@ class SparkResource(PySparkResource):
         """Start this resource's Spark session on a daemon thread, ahead of the run that uses it.
 
         The session of a process is one (``SparkSession.builder.getOrCreate``, which holds the
-        builder's class lock while it creates it), so the run's :meth:`setup_for_execution`
-        then gets this same session, or waits for it if it is still starting. ``bq-platform run``
-        starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9) runs
-        while Dagster creates the run and writes its planned events. With a local master the
-        thread then warms the new JVM's planner
-        (:func:`~bq_platform.lib.build_warmup.warm_up_once`). A failure here is only
-        logged at DEBUG: the run's own resource initialisation fails the same way and reports
-        it, once.
+        builder's class lock while it creates it), so the run's first use of ``spark_session``
+        then gets this same session, or waits for it if it is still starting. ``bq-platform
+        run`` starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9)
+        runs while Dagster creates the run and writes its planned events; a run's
+        :meth:`setup_for_execution` starts it too (a run launched from the UI, a schedule or a
+        sensor: a new process), and a second start of a started session only finds it. With a
+        local master the thread then warms the new JVM's planner
+        (:func:`~bq_platform.lib.build_warmup.warm_up_once`). A failure here is only logged at
+        DEBUG: the step's first use of ``spark_session`` fails the same way and reports it,
+        once.
 
         Returns:
             The started thread (it ends when the session is up and, local, warmed; or has

@@ -4,6 +4,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 
 import dagster as dg
 import dagster_pyspark.resources
@@ -71,6 +72,14 @@ def test_a_local_background_start_then_warms_the_builds_planning(monkeypatch, ma
     assert warmed == ([session] if master.startswith("local") else [])
 
 
+def _fake_start(monkeypatch, start) -> None:
+    """``start`` for both starts: the background one (ours) and the lazy property's
+    (dagster-pyspark's ``LazyPySparkResource``)."""
+    monkeypatch.setattr(resources, "spark_session_from_config", start)
+    monkeypatch.setattr(dagster_pyspark.resources, "spark_session_from_config", start)
+    monkeypatch.setattr(resources, "ensure_local_spark_env", lambda: None)
+
+
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
 def test_a_runs_local_session_is_warmed_once(monkeypatch, master) -> None:
     """A run launched from the UI or a sensor starts its session in the resource: a local one
@@ -84,8 +93,7 @@ def test_a_runs_local_session_is_warmed_once(monkeypatch, master) -> None:
         done.set()
         return 0.0
 
-    monkeypatch.setattr(dagster_pyspark.resources, "spark_session_from_config", lambda c: session)
-    monkeypatch.setattr(resources, "ensure_local_spark_env", lambda: None)
+    _fake_start(monkeypatch, lambda config: session)
     monkeypatch.setattr(build_warmup, "plan_build_pass", plan)
     for _ in range(2):
         SparkResource(spark_config=spark_config(master)).setup_for_execution(
@@ -97,6 +105,47 @@ def test_a_runs_local_session_is_warmed_once(monkeypatch, master) -> None:
         assert warmed == [session]
     else:  # a warm-up thread, had one started, would have called the fake within this time
         assert not done.wait(timeout=0.5) and warmed == []
+
+
+def test_a_runs_set_up_does_not_wait_for_the_session(monkeypatch) -> None:
+    """The resource starts the session on a thread and returns: the build step lists and
+    checks the landing zone meanwhile, and waits at its first use of ``spark_session``."""
+    session, release, starts = FakeSession(), threading.Event(), []
+
+    def start(config: dict) -> FakeSession:
+        starts.append(threading.current_thread().name)
+        assert release.wait(timeout=10), "the set-up waited for the session"
+        return session
+
+    _fake_start(monkeypatch, start)
+    resource = SparkResource(spark_config=spark_config("spark://127.0.0.1:7077"))
+    resource.setup_for_execution(dg.build_init_resource_context())
+    release.set()  # only reached if the set-up returned while the session was starting
+    assert resource.spark_session is session
+    assert starts[0] == "spark-prestart"
+
+
+def test_a_failed_start_is_raised_where_the_session_is_used(monkeypatch, caplog) -> None:
+    """The background start's failure is one DEBUG line; the step's ``spark_session`` raises
+    it, so Dagster reports it once, in the step that needed Spark."""
+
+    def fail(config: dict) -> None:
+        raise RuntimeError("Java gateway process exited before sending its port number")
+
+    _fake_start(monkeypatch, fail)
+    caplog.set_level(logging.DEBUG)
+    resource = SparkResource(spark_config=spark_config("spark://127.0.0.1:7077"))
+    resource.setup_for_execution(dg.build_init_resource_context())
+    with pytest.raises(RuntimeError, match="Java gateway process exited"):
+        resource.spark_session  # noqa: B018  # the property starts the session
+    deadline = time.monotonic() + 10
+    while not _ours(caplog) and time.monotonic() < deadline:  # the thread's own failure
+        time.sleep(0.02)
+    assert [r.levelno for r in _ours(caplog)] == [logging.DEBUG]
+
+
+def _ours(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == resources.__name__]
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])

@@ -13,6 +13,7 @@ from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import (
+    H_EMPTY,
     H_NASA_1,
     H_NASA_2,
     KEY,
@@ -66,6 +67,31 @@ def test_missing_and_truncated_landed_files_raise(spark, small_store) -> None:
         build_hours(spark, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
     assert small_store.uri(manifest.data_key) in str(err.value)
     _assert_nothing_built(small_store)
+
+
+def test_a_session_given_as_a_function_is_asked_for_after_the_landing_checks(
+    spark, small_store
+) -> None:
+    """The build step passes ``lambda: spark.spark_session`` (a lazy resource, starting on its
+    own thread): the landing zone is listed and checked first, so a landing error never waits
+    for the JVM, an hour without landed files needs no session, and a good hour gets it."""
+    asked: list[int] = []
+
+    def session():
+        asked.append(1)
+        return spark
+
+    manifest = _only_manifest(small_store)
+    good = small_store.read_bytes(manifest.data_key)
+    small_store.write_bytes(manifest.data_key, good[:-1] + bytes([good[-1] ^ 0xFF]))
+    with pytest.raises(LandingError, match="SHA-256"):
+        build_hours(session, small_store, [H_NASA_1], attempt_id="x", visitor_key=KEY)
+    assert asked == []
+    (empty,) = build_hours(session, small_store, [H_EMPTY], attempt_id="e", visitor_key=KEY)
+    assert asked == [] and empty.rows == 0
+    small_store.write_bytes(manifest.data_key, good)
+    (built,) = build_hours(session, small_store, [H_NASA_1], attempt_id="y", visitor_key=KEY)
+    assert asked == [1] and built.counts[0].lines_read == 2
 
 
 def test_a_landed_file_spark_cannot_read_is_a_landing_error(spark, tmp_path) -> None:

@@ -88,7 +88,7 @@ def pageview_files(
     store = object_store.get_store()
     started = time.monotonic()
     manifests = build_hours(
-        spark.spark_session,
+        lambda: spark.spark_session,  # the session starts while the landing zone is checked
         store,
         hours,
         attempt_id=attempt_id,
