@@ -61,3 +61,22 @@ def test_the_cpu_table_gives_each_step_s_processes_and_run_against_bare_spark() 
     # a report written before the CPU was sampled: dashes, no ratio
     old = {"scale": 4, "bare_spark": {}, "land": {}, "run": {}}
     assert bench_report.cpu_markdown([old])[-1] == "| 4x | - | - | - | - | - | - |"
+
+
+def test_the_http_line_gives_the_targets_count_and_the_partition_counts_apart() -> None:
+    """A re-run reads a published table's metadata once and one partition's row count: the
+    target (1 whole-table request per table) is met, and the line says so, not "max 2"."""
+
+    def run(name: str, whole: int, with_partitions: int) -> dict:
+        summary = {"table_metadata_max": whole, "metadata_max": with_partitions}
+        return {"name": name, "summary": {**summary, "check_query_jobs": 0}}
+
+    http = {"runs": [run("first run", 1, 1), run("re-run", 1, 2)], "met": True}
+    assert bench_report.http_sentence(http) == (
+        "warehouse requests (HTTP, emulators): first run: whole-table metadata per table max 1 "
+        "(with partition row counts 1), check queries 0; re-run: whole-table metadata per "
+        "table max 1 (with partition row counts 2), check queries 0; target met"
+    )
+    assert bench_report.http_sentence({"error": "emulator did not start"}).endswith(
+        "failed: emulator did not start"
+    )
