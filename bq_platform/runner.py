@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from bq_platform.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
-from bq_platform.lib.accounting import row_balanced
 from bq_platform.lib.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.planning import contiguous, plan_day, scan_window
-from bq_platform.lib.reporting import COUNT_FIELDS
+from bq_platform.lib.reporting import summary_table
 from bq_platform.lib.retention import clean_staging
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.run_progress import RunProgress
@@ -349,39 +348,13 @@ class PipelineRunner:
         days = sorted(set(days))
         if not days:
             return
-        by_day: dict[dt.date, dict[str, list[dict[str, Any]]]] = {}
+        rows = {}
         for day in days:
             hours = day_hours(day)
-            rows = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
-            by_site = by_day[day] = {}
-            for row in rows:
-                by_site.setdefault(row["site"], []).append(row)
-        # As wide as the longest site name, so the numbers stay in their columns.
-        width = max([16, *(len(site) for by_site in by_day.values() for site in by_site)])
-        header = (
-            f"{'day':<10} {'site':<{width}} {'source':>8} {'pages':>8} {'non-page':>8} "
-            f"{'rejected':>8} {'dupes':>6} {'out-win':>7} {'sample':>6} {'hours ok':>9}"
-        )
-        self.echo("\n" + header)
-        self.echo("-" * len(header))
-        for day, by_site in by_day.items():
-            for site, site_rows in sorted(by_site.items()):
-                s = {k: sum(r[k] for r in site_rows) for k in COUNT_FIELDS}
-                ok = sum(row_balanced(r) for r in site_rows)
-                self.echo(
-                    f"{day!s:<10} {site:<{width}} {s['source_lines']:>8} {s['pageviews']:>8} "
-                    f"{s['non_page_hits']:>8} {s['rejected']:>8} {s['duplicates']:>6} "
-                    f"{s['out_of_window']:>7} {s['sample_rows']:>6} {ok:>4}/{len(site_rows):<4}"
-                )
-            # One line per check, not per partition: an hourly check runs 24 times a day.
-            outcomes: dict[tuple[str, str], list[bool]] = {}
-            for asset, check, passed in self.check_results.get(day, []):
-                outcomes.setdefault((asset, check), []).append(passed)
-            for (asset, check), results in outcomes.items():
-                failed = results.count(False)
-                verdict = f"FAILED ({failed} of {len(results)})" if failed else "passed"
-                times = f" x{len(results)}" if len(results) > 1 and not failed else ""
-                self.echo(f"{'':<10} check {asset}:{check}: {verdict}{times}")
+            rows[day] = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+        self.echo("")
+        for line in summary_table(rows, self.check_results):
+            self.echo(line)
 
 
 def batches(
