@@ -155,6 +155,13 @@ def summary_text(report: dict) -> str:
     return "\n".join(lines)
 
 
+def whole_table_max(summary: dict) -> int:
+    """The most whole-table metadata requests to one table in a run's HTTP summary (the
+    target's count); a report written before partition counts were told apart has only
+    ``metadata_max``."""
+    return summary.get("table_metadata_max", summary["metadata_max"])
+
+
 def http_sentence(http: dict) -> str:
     """The console line of the HTTP-layer count (``scripts/bench_http.py``): per run, the most
     whole-table metadata requests to one table (the target's count, ``scripts/http_counts.py``),
@@ -163,8 +170,7 @@ def http_sentence(http: dict) -> str:
     if "runs" not in http:
         return f"warehouse requests (HTTP, emulators) failed: {http.get('error')}"
     runs = "; ".join(
-        f"{r['name']}: whole-table metadata per table max "
-        f"{r['summary'].get('table_metadata_max', r['summary']['metadata_max'])} "
+        f"{r['name']}: whole-table metadata per table max {whole_table_max(r['summary'])} "
         f"(with partition row counts {r['summary']['metadata_max']}), "
         f"check queries {r['summary']['check_query_jobs']}"
         for r in http["runs"]
@@ -355,7 +361,7 @@ def http_markdown(http: dict | None) -> list[str]:
         billed = _bytes(s["check_bytes_billed"])
         if s["check_query_jobs"]:
             billed += f" (BigQuery: >= {s['check_bytes_min_bigquery']:,})"
-        whole = s.get("table_metadata_max", s["metadata_max"])
+        whole = whole_table_max(s)
         out.append(
             f"| {run['name']} | {run['requests']} | {s['tables']} | {whole} / "
             f"{s['metadata_total'] - s.get('partition_gets', 0)} | {s['metadata_writes_max']} | "
