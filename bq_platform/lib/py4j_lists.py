@@ -22,9 +22,8 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, DataFrameReader
 
+#: Joins the paths both ways; as a Java regular expression it matches only itself.
 _SEPARATOR = "\n"
-#: ``java.util.regex.Pattern.LITERAL``: the separator is matched as text.
-_PATTERN_LITERAL = 16
 
 
 def read_text(reader: DataFrameReader, paths: Sequence[str]) -> DataFrame:
@@ -44,8 +43,7 @@ def read_text(reader: DataFrameReader, paths: Sequence[str]) -> DataFrame:
     if not paths or any(_SEPARATOR in path for path in paths):
         return reader.text(list(paths))
     jvm = reader._spark._jvm  # noqa: SLF001 (see the module docstring)
-    pattern = jvm.java.util.regex.Pattern.compile(_SEPARATOR, _PATTERN_LITERAL)
-    java_paths = pattern.split(_SEPARATOR.join(paths))
+    java_paths = jvm.java.util.regex.Pattern.compile(_SEPARATOR).split(_SEPARATOR.join(paths))
     return reader._df(reader._jreader.text(java_paths))  # noqa: SLF001
 
 
