@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bq_platform.cli_plan import plan as plan_command
+from bq_platform.lib import environment
 from bq_platform.lib.hours import hours_between
 from bq_platform.lib.layout import parse_hour_label
 
@@ -46,9 +47,7 @@ _CHATTY_LOGGERS = ("alembic", "py4j", "dagster")
 
 
 def _home() -> Path:
-    from bq_platform.defs.resources import local_home
-
-    return local_home()
+    return environment.local_home()
 
 
 def _ensure_dagster_home() -> Path:
@@ -68,10 +67,15 @@ def _env() -> str:
     return os.environ.get("BQ_PLATFORM_ENV", "local")
 
 
-def _resources() -> dict[str, Any]:
-    from bq_platform.defs.resources import build_resources
+def _runner(**kwargs: Any) -> "PipelineRunner":
+    """The runner of ``BQ_PLATFORM_ENV``'s resources; a setting that is wrong or missing (an
+    unknown environment, an unset production variable) is a one-line error naming it."""
+    from bq_platform.runner import PipelineRunner
 
-    return build_resources(_env())
+    try:
+        return PipelineRunner.from_environment(_env(), **kwargs)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _parse_hour(value: str) -> dt.datetime:
@@ -97,13 +101,6 @@ def main(ctx: click.Context, verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     if verbose:
         os.environ["BQ_PLATFORM_SPARK_VERBOSE"] = "1"  # read by lib/spark.py
-
-
-def _first_hour() -> dt.datetime:
-    """The first hourly partition (``BQ_PLATFORM_FIRST_HOUR``), as the definitions read it."""
-    from bq_platform.defs.partitions import FIRST_HOUR
-
-    return FIRST_HOUR
 
 
 def _landed_summary(landed: Sequence[Any]) -> str:
@@ -144,7 +141,7 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
         raise click.UsageError("--source names one file: give exactly one FILE with it")
     store = _landing_store()
     hour = _parse_hour(default_hour) if default_hour else None
-    first_hour = _first_hour()
+    first_hour = environment.first_hour()
     landed = []
     try:
         for path in files:
@@ -178,7 +175,7 @@ def land_tree(root: str, workers: int | None) -> None:
         for site in land_sites(
             _landing_store,
             folders,
-            first_hour=_first_hour(),
+            first_hour=environment.first_hour(),
             workers=workers or default_workers(),
             log=log,
         ):
@@ -188,8 +185,12 @@ def land_tree(root: str, workers: int | None) -> None:
 
 
 def _landing_store() -> "ObjectStore":
-    """The environment's object store (built in each landing worker, after its fork)."""
-    return _resources()["object_store"].get_store()
+    """The environment's object store (built in each landing worker, after its fork), without
+    Dagster (:mod:`bq_platform.lib.environment`)."""
+    try:
+        return environment.object_store(environment.env_name())
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command()
@@ -226,7 +227,6 @@ def run(
     import dagster as dg
 
     from bq_platform.instance import RunLockTimeout, dagster_home, fail_dead_runs, run_lock
-    from bq_platform.runner import PipelineRunner
 
     home = dagster_home(_home() / "dagster_home")
     hours = _hour_range(start, end)
@@ -235,9 +235,7 @@ def run(
             # The config written, the instance created and its SQLite schema migrated by the
             # lock holder only (issue 7).
             _ensure_dagster_home()
-            runner = PipelineRunner.from_environment(
-                _env(), echo=click.echo, verbose=ctx.obj["verbose"]
-            )
+            runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"])
             started = time.monotonic()
             # Planned before the instance opens: a due build's JVM starts now (issue 9).
             todo = runner.plan(hours, force)
@@ -284,9 +282,7 @@ def _run(
 @main.command()
 def summary() -> None:
     """Print the accounting summary per day and site from the audit table."""
-    from bq_platform.runner import PipelineRunner
-
-    runner = PipelineRunner.from_environment(_env(), echo=click.echo)
+    runner = _runner(echo=click.echo)
     runner.print_summary(runner.all_days())
 
 
@@ -306,7 +302,7 @@ def deadletters(start: str | None, end: str | None, reason: str | None, limit: i
     from bq_platform.lib.deadletters import built_hours, cut, read_dead_letters, summarize
     from bq_platform.lib.layout import hour_label
 
-    store = _resources()["object_store"].get_store()
+    store = _landing_store()
     hours = _hour_range(start, end) or built_hours(store)
     report = summarize(read_dead_letters(store, hours), reason=reason, limit=limit)
     if not report.total:

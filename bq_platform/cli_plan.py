@@ -50,7 +50,8 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
     import google.auth
     import google.auth.transport.requests
 
-    from bq_platform.defs.resources import build_resources, local_home
+    from bq_platform.defs.resources import build_resources
+    from bq_platform.lib.environment import local_lake
     from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
     from bq_platform.lib.objectstore.local import LocalObjectStore
     from bq_platform.lib.planning import scan_window
@@ -68,7 +69,7 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
     bucket = settings["BQ_PLATFORM_BUCKET"]
     location = os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US")
     if offline:
-        store = GsUriStore(LocalObjectStore(str(local_home() / "lake")), bucket)
+        store = GsUriStore(LocalObjectStore(str(local_lake())), bucket)
         session = RecordingSession(offline=True, location=location)
         credentials = google.auth.credentials.AnonymousCredentials()
     else:

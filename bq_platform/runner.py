@@ -91,9 +91,9 @@ class PipelineRunner:
     ) -> "PipelineRunner":
         """Build from the code location's definitions and the resources of ``env``."""
         from bq_platform.definitions import defs_without_component_catalog
-        from bq_platform.defs.resources import build_resources
+        from bq_platform.defs.resources import build_resources, resolved
 
-        resources = build_resources(env)
+        resources = {key: resolved(value) for key, value in build_resources(env).items()}
         settings = resources["settings"]
         return cls(
             load_definitions=defs_without_component_catalog,

@@ -118,6 +118,25 @@ def test_run_refuses_a_broken_dagster_yaml_by_name(tmp_path, monkeypatch):
     assert "dagster.yaml" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", [["summary"], ["run"], ["deadletters"]])
+def test_an_unset_production_variable_is_one_message_naming_it(tmp_path, monkeypatch, command):
+    """Outside a Dagster run a ``dg.EnvVar`` field is the variable's name: the CLI resolves
+    the production settings itself, and refuses to go on without them."""
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    monkeypatch.setenv("BQ_PLATFORM_ENV", "prod")
+    monkeypatch.setenv("BQ_PLATFORM_GCP_PROJECT", "p")
+    monkeypatch.setenv("BQ_PLATFORM_BQ_DATASET", "d")
+    monkeypatch.setenv("BQ_PLATFORM_VISITOR_KEY", "k")
+    monkeypatch.delenv("BQ_PLATFORM_BUCKET", raising=False)
+
+    result = CliRunner().invoke(main, command)
+
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1, result.output
+    assert "set BQ_PLATFORM_BUCKET (README" in result.output
+
+
 def one_landed_day(tmp_path, monkeypatch) -> None:
     """A local home in ``tmp_path`` whose landing zone holds one day (1995-08-01) of 3 lines."""
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))

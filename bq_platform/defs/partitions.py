@@ -6,19 +6,19 @@ spelling as the landing folders and ``bq-platform run --start/--end`` (see
 
 The first partition is configuration: ``BQ_PLATFORM_FIRST_HOUR`` (``YYYY-MM-DDTHH``, UTC; the
 pre-issue-8 spelling ``YYYY-MM-DD-HH:00`` is accepted too), default ``1995-08-01T00`` for the
-bundled logs. It is read when the definitions load, the one setting that must be known then
-(a partitions definition is part of the asset graph).
+bundled logs (:func:`bq_platform.lib.environment.first_hour`, which the landing commands read
+too). It is read when the definitions load, the one setting that must be known then (a
+partitions definition is part of the asset graph).
 """
 
 import datetime as dt
-import os
 
 import dagster as dg
 
-from bq_platform.lib.hours import HOURLY_PARTITION_FMT, days_between, hours_between, parse_hour
+from bq_platform.lib import environment
+from bq_platform.lib.hours import HOURLY_PARTITION_FMT, days_between, hours_between
 
-DEFAULT_FIRST_HOUR = "1995-08-01T00"
-FIRST_HOUR: dt.datetime = parse_hour(os.environ.get("BQ_PLATFORM_FIRST_HOUR") or DEFAULT_FIRST_HOUR)
+FIRST_HOUR: dt.datetime = environment.first_hour()
 
 hourly_partitions = dg.HourlyPartitionsDefinition(
     start_date=FIRST_HOUR, timezone="UTC", fmt=HOURLY_PARTITION_FMT

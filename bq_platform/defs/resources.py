@@ -11,27 +11,34 @@ Every environment binds the same keys:
 ``BQ_PLATFORM_ENV`` picks the implementations when the definitions load: ``local`` (default:
 a directory, DuckDB, ``local[*]``, everything under ``BQ_PLATFORM_HOME``, default
 ``./.bq_platform``) or ``prod`` (GCS, BigQuery, a Spark cluster). The README lists every
-variable; values enter through ``dg.EnvVar`` so they are read when a run starts.
+variable; values enter through ``dg.EnvVar`` so they are read when a run starts (code that
+uses a resource outside a run resolves them with :func:`resolved`). The commands that need
+no Dagster (``bq-platform land``, ``land-tree``, ``deadletters``) get the same lake from
+:func:`bq_platform.lib.environment.object_store`; ``test_environment.py`` holds the two to
+the same folder or bucket.
 """
 
 import abc
 import logging
 import os
 import threading
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
+from bq_platform.lib import environment
 from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
+from bq_platform.lib.environment import local_home
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quality import DEFAULT_MAX_REJECTED_SHARE
 from bq_platform.lib.quota import JobBudget
 from bq_platform.lib.spark import ensure_local_spark_env, spark_config
 from bq_platform.lib.warehouse.base import Warehouse
+
+R = TypeVar("R", bound=dg.ConfigurableResource)
 
 LOCAL_VISITOR_KEY = "bq-platform-local-development-key"  # never used when BQ_PLATFORM_ENV=prod
 
@@ -271,11 +278,6 @@ class PipelineSettings(dg.ConfigurableResource):
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
 
 
-def local_home() -> Path:
-    """Folder of the local data (``BQ_PLATFORM_HOME``, default ``./.bq_platform``)."""
-    return Path(os.environ.get("BQ_PLATFORM_HOME", ".bq_platform")).resolve()
-
-
 def _whole_numbers() -> dict[str, int]:
     """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day),
     ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass) and ``BQ_PLATFORM_LOOKBACK_DAYS``
@@ -345,7 +347,7 @@ def build_resources(env: str) -> dict[str, Any]:
                 "BQ_PLATFORM_VISITOR_KEY is not set: using the local development key"
             )
         return {
-            "object_store": LocalObjectStoreResource(root=str(home / "lake")),
+            "object_store": LocalObjectStoreResource(root=str(environment.local_lake())),
             "warehouse": DuckDBWarehouseResource(path=str(home / "warehouse.duckdb")),
             "spark": SparkResource(
                 spark_config=spark_config(os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]"))
@@ -360,8 +362,8 @@ def build_resources(env: str) -> dict[str, Any]:
     if env == "prod":
         return {
             "object_store": GCSObjectStoreResource(
-                project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
-                bucket=dg.EnvVar("BQ_PLATFORM_BUCKET"),
+                project=dg.EnvVar(environment.GCS_VARIABLES[0]),
+                bucket=dg.EnvVar(environment.GCS_VARIABLES[1]),
             ),
             "warehouse": BigQueryWarehouseResource(
                 project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
@@ -383,6 +385,39 @@ def build_resources(env: str) -> dict[str, Any]:
             ),
         }
     raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+
+
+def resolved(resource: R) -> R:
+    """``resource`` with each ``dg.EnvVar`` field replaced by the variable's value, read now.
+
+    For code that uses a resource outside a Dagster run (``bq-platform run``'s planner and
+    summary, :meth:`bq_platform.runner.PipelineRunner.from_environment`). Dagster resolves an
+    ``EnvVar`` only when a run initializes the resource; read directly, the field is the
+    variable's *name* (``build_resources("prod")["settings"].visitor_key`` is the string
+    ``"BQ_PLATFORM_VISITOR_KEY"``), so the planner would have keyed visitors with the name and
+    sent BigQuery a project called ``BQ_PLATFORM_GCP_PROJECT``. A resource without such fields
+    is returned as is.
+
+    Raises:
+        ValueError: naming every variable that is unset or empty (what Dagster's run would
+            refuse too).
+    """
+    env_fields = {
+        name: value
+        for name in type(resource).model_fields
+        if isinstance(value := getattr(resource, name), dg.EnvVar)
+    }
+    if not env_fields:
+        return resource
+    values = {name: var.get_value() for name, var in env_fields.items()}
+    missing = sorted(env_fields[name].env_var_name for name, value in values.items() if not value)
+    if missing:
+        raise ValueError(
+            f"{type(resource).__name__}: set {', '.join(missing)} (README, 'Running on Google "
+            "Cloud')"
+        )
+    current = {name: getattr(resource, name) for name in type(resource).model_fields}
+    return type(resource)(**{**current, **values})
 
 
 @dg.definitions
