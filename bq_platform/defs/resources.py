@@ -31,7 +31,6 @@ from pydantic import PrivateAttr
 
 from bq_platform.lib import environment
 from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
-from bq_platform.lib.environment import local_home
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quality import DEFAULT_MAX_REJECTED_SHARE
 from bq_platform.lib.quota import JobBudget
@@ -252,7 +251,8 @@ class PipelineSettings(dg.ConfigurableResource):
         reports_url: base URL at which the operator's browser reads the object store's
             ``reports/`` folder (``BQ_PLATFORM_REPORTS_URL``); when set, the completeness
             report shows its picture in the Dagster UI (Dagster's Markdown shows ``http(s)``
-            images only). Local default :data:`LOCAL_REPORTS_URL`, where ``make dev`` serves the
+            images only). Local default
+            :data:`~bq_platform.lib.environment.LOCAL_REPORTS_URL`, where ``make dev`` serves the
             folder; on GCS use the authenticated browser URL
             ``https://storage.cloud.google.com/<bucket>/reports``, which asks the browser's user
             to sign in and needs ``storage.objects.get`` (cloud.google.com/storage/docs/
@@ -278,62 +278,6 @@ class PipelineSettings(dg.ConfigurableResource):
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
 
 
-def _whole_numbers() -> dict[str, int]:
-    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day),
-    ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass) and ``BQ_PLATFORM_LOOKBACK_DAYS``
-    (days planned), when set.
-
-    Raises:
-        ValueError: naming the variable, if one is not a positive whole number.
-    """
-    out = {}
-    for variable, field in (
-        ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
-        ("BQ_PLATFORM_LINES_PER_PASS", "lines_per_pass"),
-        ("BQ_PLATFORM_LOOKBACK_DAYS", "lookback_days"),
-    ):
-        value = os.environ.get(variable)
-        if not value:
-            continue
-        if not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"{variable} must be a positive whole number, got {value!r}")
-        out[field] = int(value)
-    return out
-
-
-#: Where ``make dev`` serves the local ``lake/reports`` folder (``REPORTS_PORT`` in the Makefile).
-LOCAL_REPORTS_URL = "http://127.0.0.1:3001"
-
-
-def _reports(default: str = "") -> dict[str, str]:
-    """``BQ_PLATFORM_REPORTS_URL`` (see :class:`PipelineSettings`; set but empty: no picture
-    in the UI), else ``default``."""
-    value = os.environ.get("BQ_PLATFORM_REPORTS_URL")
-    value = default if value is None else value.strip()
-    return {"reports_url": value} if value else {}
-
-
-def _quality() -> dict[str, float]:
-    """``BQ_PLATFORM_MAX_REJECTED_SHARE`` (a share 0..1, e.g. ``0.05``), when set.
-
-    Raises:
-        ValueError: naming the variable, if it is not a number between 0 and 1.
-    """
-    value = os.environ.get("BQ_PLATFORM_MAX_REJECTED_SHARE")
-    if not value:
-        return {}
-    try:
-        share = float(value)
-    except ValueError:
-        share = -1.0
-    if not 0.0 <= share <= 1.0:
-        raise ValueError(
-            f"BQ_PLATFORM_MAX_REJECTED_SHARE must be a share between 0 and 1 (0.05 = 5%), "
-            f"got {value!r}"
-        )
-    return {"max_rejected_share": share}
-
-
 def build_resources(env: str) -> dict[str, Any]:
     """The resources of environment ``env`` (``local`` or ``prod``).
 
@@ -341,7 +285,7 @@ def build_resources(env: str) -> dict[str, Any]:
         ValueError: for any other ``env``.
     """
     if env == "local":
-        home = local_home()
+        home = environment.local_home()
         if not os.environ.get("BQ_PLATFORM_VISITOR_KEY"):
             logging.getLogger(__name__).info(
                 "BQ_PLATFORM_VISITOR_KEY is not set: using the local development key"
@@ -354,9 +298,7 @@ def build_resources(env: str) -> dict[str, Any]:
             ),
             "settings": PipelineSettings(
                 visitor_key=os.environ.get("BQ_PLATFORM_VISITOR_KEY") or LOCAL_VISITOR_KEY,
-                **_whole_numbers(),
-                **_quality(),
-                **_reports(LOCAL_REPORTS_URL),
+                **environment.pipeline_settings("local"),
             ),
         }
     if env == "prod":
@@ -379,9 +321,7 @@ def build_resources(env: str) -> dict[str, Any]:
             ),
             "settings": PipelineSettings(
                 visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"),
-                **_whole_numbers(),
-                **_quality(),
-                **_reports(),
+                **environment.pipeline_settings("prod"),
             ),
         }
     raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")

@@ -8,13 +8,15 @@ and by the commands that need no Dagster at all (``bq-platform land`` / ``land-t
 - :func:`local_home`: ``BQ_PLATFORM_HOME``, the local data folder (default ``./.bq_platform``);
 - :func:`first_hour`: ``BQ_PLATFORM_FIRST_HOUR``, the first hourly partition;
 - :func:`object_store`: the lake of an environment (a folder under the local home, or the GCS
-  bucket ``BQ_PLATFORM_BUCKET`` of project ``BQ_PLATFORM_GCP_PROJECT``).
+  bucket ``BQ_PLATFORM_BUCKET`` of project ``BQ_PLATFORM_GCP_PROJECT``);
+- :func:`pipeline_settings`: the pipeline's whole numbers, rejected-share limit and reports URL,
+  validated (the fields of ``defs/resources.PipelineSettings``).
 
-Why not through the Dagster resources: importing Dagster and the Spark resource costs ~1 s of
-CPU per process (``python -X importtime``: ``dagster`` 0.97 s, ``dagster_pyspark`` 0.3-0.6 s
-more), and ``land-tree`` paid it in its main process and again in each landing worker, the
-first for the partitions' first hour, the others for the store: 1.6-2.0 s of a 1x ``land``'s
-7.6-10 s wall (issue 9, docs/PERFORMANCE.md). And a production resource's ``dg.EnvVar`` field
+Why not through the Dagster resources: ``land-tree`` imported ``dagster`` in its process for
+the partitions' first hour (0.97 s, ``python -X importtime``) and ``defs/resources.py`` in each
+landing worker for the store (0.44-0.57 s, mostly ``dagster_pyspark``); without them a 1x
+``land-tree`` took 7.8-9.3 s against 9.5-11.9 s on a slow disk, 5.0-5.7 against 6.8-8.4 s of
+user CPU (issue 9, docs/PERFORMANCE.md). And a production resource's ``dg.EnvVar`` field
 is resolved only inside a Dagster run: read outside one, it is the variable's *name*, so the
 CLI would have landed into a bucket called ``BQ_PLATFORM_BUCKET``.
 """
@@ -22,6 +24,7 @@ CLI would have landed into a bucket called ``BQ_PLATFORM_BUCKET``.
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
 from bq_platform.lib.hours import parse_hour
 from bq_platform.lib.objectstore.base import ObjectStore
@@ -95,3 +98,76 @@ def object_store(env: str) -> ObjectStore:
         project, bucket = (os.environ[name] for name in GCS_VARIABLES)
         return GCSObjectStore(bucket, storage_client(project))
     raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+
+
+def pipeline_settings(env: str) -> dict[str, Any]:
+    """The fields of ``defs/resources.PipelineSettings`` that the environment sets, besides the
+    visitor key: ``BQ_PLATFORM_JOB_BUDGET``, ``BQ_PLATFORM_LINES_PER_PASS``,
+    ``BQ_PLATFORM_LOOKBACK_DAYS``, ``BQ_PLATFORM_MAX_REJECTED_SHARE`` and
+    ``BQ_PLATFORM_REPORTS_URL`` (``local`` default :data:`LOCAL_REPORTS_URL`); an unset one is
+    left to the field's default.
+
+    Raises:
+        ValueError: naming the variable, if one is malformed.
+    """
+    return {
+        **_whole_numbers(),
+        **_quality(),
+        **_reports(LOCAL_REPORTS_URL if env == "local" else ""),
+    }
+
+
+def _whole_numbers() -> dict[str, int]:
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day),
+    ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass) and ``BQ_PLATFORM_LOOKBACK_DAYS``
+    (days planned), when set.
+
+    Raises:
+        ValueError: naming the variable, if one is not a positive whole number.
+    """
+    out = {}
+    for variable, field in (
+        ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
+        ("BQ_PLATFORM_LINES_PER_PASS", "lines_per_pass"),
+        ("BQ_PLATFORM_LOOKBACK_DAYS", "lookback_days"),
+    ):
+        value = os.environ.get(variable)
+        if not value:
+            continue
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"{variable} must be a positive whole number, got {value!r}")
+        out[field] = int(value)
+    return out
+
+
+#: Where ``make dev`` serves the local ``lake/reports`` folder (``REPORTS_PORT`` in the Makefile).
+LOCAL_REPORTS_URL = "http://127.0.0.1:3001"
+
+
+def _reports(default: str = "") -> dict[str, str]:
+    """``BQ_PLATFORM_REPORTS_URL`` (see ``defs/resources.PipelineSettings``; set but empty: no
+    picture in the UI), else ``default``."""
+    value = os.environ.get("BQ_PLATFORM_REPORTS_URL")
+    value = default if value is None else value.strip()
+    return {"reports_url": value} if value else {}
+
+
+def _quality() -> dict[str, float]:
+    """``BQ_PLATFORM_MAX_REJECTED_SHARE`` (a share 0..1, e.g. ``0.05``), when set.
+
+    Raises:
+        ValueError: naming the variable, if it is not a number between 0 and 1.
+    """
+    value = os.environ.get("BQ_PLATFORM_MAX_REJECTED_SHARE")
+    if not value:
+        return {}
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(
+            f"BQ_PLATFORM_MAX_REJECTED_SHARE must be a share between 0 and 1 (0.05 = 5%), "
+            f"got {value!r}"
+        )
+    return {"max_rejected_share": share}
