@@ -32,6 +32,19 @@ LOCAL_GC = "-XX:+UseParallelGC"
 #: CPU of a cold 1x build on 2 cores, and with higher thresholds they compile only what stays
 #: hot: 12-13 s, the build 0.5-1.5 s faster (issue 9, docs/PERFORMANCE.md).
 LOCAL_JIT_THRESHOLDS = "-XX:CompileThresholdScaling=4"
+#: PySpark's DataFrame debugging off (a static SQL setting, so it is given when the session
+#: starts). On, each ``pyspark.sql.functions`` call and Column operator sends its Python call
+#: site to the JVM for error messages' "DataFrame query context": about ten more py4j round
+#: trips per call (the active session, ``spark.sql.stackTracesInDataFrameContext``,
+#: ``PySparkCurrentOrigin.set`` and ``clear``) and an ``import IPython`` attempt. Spark's own
+#: description (``StaticSQLConf``, PySpark 4.3): "enabled by default, but has a non-trivial
+#: performance overhead because of the stack trace collection"; SPARK-51242 measured Column
+#: operations 2.5x faster without it. The build's frames (transform, slim rows, per-file
+#: counts) took 5,112 / 5,420 / 4,911 round trips with it and 2,297 / 2,168 / 2,244 without,
+#: on the driver's critical path of every pass and of the planning warm-up (issue 9,
+#: docs/PERFORMANCE.md). The transform never raises (``try_*`` functions), so the context it
+#: would add to errors is not missed.
+DATAFRAME_DEBUGGING = ("spark.python.sql.dataFrameDebugging.enabled", "false")
 
 
 def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[str, Any]:
@@ -47,7 +60,8 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
     ``BQ_PLATFORM_SPARK_VERBOSE`` is set (``bq-platform -v``). The driver and the executors get
     :data:`JIT_HUGE_METHODS`; a ``spark-submit`` outside this config must pass it too. A local
     driver also gets :data:`LOCAL_GC`, :data:`LOCAL_JIT_THRESHOLDS` and, once ``make install``
-    wrote it, the class archive of :mod:`bq_platform.lib.spark_cds`.
+    wrote it, the class archive of :mod:`bq_platform.lib.spark_cds`. Every session runs without
+    PySpark's DataFrame debugging (:data:`DATAFRAME_DEBUGGING`).
 
     Returns:
         A dict for ``SparkSession.builder.config`` / ``dagster_pyspark.PySparkResource``.
@@ -75,6 +89,7 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
         "spark.sql.adaptive.enabled": "true",
         "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
         "spark.hadoop.parquet.enable.summary-metadata": "false",
+        DATAFRAME_DEBUGGING[0]: DATAFRAME_DEBUGGING[1],
     }
 
 

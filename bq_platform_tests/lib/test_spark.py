@@ -47,6 +47,29 @@ def test_the_local_session_compiles_with_scaled_thresholds(spark) -> None:
     assert float(hotspot.getVMOption("CompileThresholdScaling").getValue()) == float(expected)
 
 
+def test_a_column_is_built_without_sending_its_call_site_to_the_jvm(spark, monkeypatch) -> None:
+    """DataFrame debugging off: a Column operator is one py4j round trip, not a dozen that
+    record its Python call site (``PySparkCurrentOrigin``) for error messages."""
+    import py4j.clientserver
+    from pyspark.sql import functions as F
+
+    sent: list[str] = []
+    send = py4j.clientserver.ClientServerConnection.send_command
+
+    def counting(self, command: str) -> str:
+        sent.append(command)
+        return send(self, command)
+
+    column = F.col("status")
+    monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counting)
+    built = (column >= 200) & (column < 300)
+    monkeypatch.undo()
+
+    assert "status" in str(built)
+    assert not [c for c in sent if "PySparkCurrentOrigin" in c], sent
+    assert len(sent) <= 3, sent  # the two comparisons and the `&`
+
+
 def test_the_class_archive_is_used_only_where_it_exists(tmp_path, monkeypatch) -> None:
     archive = tmp_path / "spark-driver.jsa"
     monkeypatch.setenv(ARCHIVE_ENV, str(archive))
