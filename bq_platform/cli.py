@@ -63,17 +63,13 @@ def _ensure_dagster_home() -> Path:
     return home
 
 
-def _env() -> str:
-    return os.environ.get("BQ_PLATFORM_ENV", "local")
-
-
 def _runner(**kwargs: Any) -> "PipelineRunner":
     """The runner of ``BQ_PLATFORM_ENV``'s resources; a setting that is wrong or missing (an
     unknown environment, an unset production variable) is a one-line error naming it."""
     from bq_platform.runner import PipelineRunner
 
     try:
-        return PipelineRunner.from_environment(_env(), **kwargs)
+        return PipelineRunner.from_environment(environment.env_name(), **kwargs)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -137,6 +137,23 @@ def test_an_unset_production_variable_is_one_message_naming_it(tmp_path, monkeyp
     assert "set BQ_PLATFORM_BUCKET (README" in result.output
 
 
+@pytest.mark.parametrize(
+    "command", [["summary"], ["deadletters"], ["land-tree", "--workers", "1", "."]]
+)
+def test_an_unknown_environment_is_one_message(tmp_path, monkeypatch, command):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    monkeypatch.setenv("BQ_PLATFORM_ENV", "staging")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "site.example").mkdir()
+    (tmp_path / "site.example" / "a.log").write_text("")
+
+    result = CliRunner().invoke(main, command)
+
+    assert result.exit_code == 1, result.output
+    assert result.output == "Error: BQ_PLATFORM_ENV must be 'local' or 'prod', got 'staging'\n"
+
+
 def one_landed_day(tmp_path, monkeypatch) -> None:
     """A local home in ``tmp_path`` whose landing zone holds one day (1995-08-01) of 3 lines."""
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))

@@ -364,6 +364,6 @@ def resolved(resource: R) -> R:
 def resources() -> dg.Definitions:
     """Binds the resources of ``BQ_PLATFORM_ENV`` (default ``local``) when the code loads."""
     return dg.Definitions(
-        resources=build_resources(os.environ.get("BQ_PLATFORM_ENV", "local")),
+        resources=build_resources(environment.env_name()),
         executor=dg.in_process_executor,
     )
