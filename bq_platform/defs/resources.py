@@ -339,8 +339,8 @@ def resolved(resource: R) -> R:
     is returned as is.
 
     Raises:
-        ValueError: naming every variable that is unset or empty (what Dagster's run would
-            refuse too).
+        ValueError: naming every variable that is unset or empty (a run fails on an unset
+            one too; an empty bucket, project or key is never meant).
     """
     env_fields = {
         name: value
