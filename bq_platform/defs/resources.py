@@ -304,8 +304,8 @@ def build_resources(env: str) -> dict[str, Any]:
     if env == "prod":
         return {
             "object_store": GCSObjectStoreResource(
-                project=dg.EnvVar(environment.GCS_VARIABLES[0]),
-                bucket=dg.EnvVar(environment.GCS_VARIABLES[1]),
+                project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
+                bucket=dg.EnvVar("BQ_PLATFORM_BUCKET"),
             ),
             "warehouse": BigQueryWarehouseResource(
                 project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),

@@ -32,8 +32,9 @@ from bq_platform.lib.objectstore.base import ObjectStore
 ENVIRONMENTS: tuple[str, ...] = ("local", "prod")
 #: The first hourly partition of the bundled logs (the default of ``BQ_PLATFORM_FIRST_HOUR``).
 DEFAULT_FIRST_HOUR = "1995-08-01T00"
-#: The production lake's variables: GCP project, then bucket.
-GCS_VARIABLES: tuple[str, str] = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET")
+#: The production lake's variables: GCP project, then bucket (``defs/resources.py`` names the
+#: same two in its ``dg.EnvVar`` fields; ``test_environment.py`` compares the stores).
+_GCS_VARIABLES: tuple[str, str] = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET")
 
 
 def env_name() -> str:
@@ -87,7 +88,7 @@ def object_store(env: str) -> ObjectStore:
 
         return LocalObjectStore(str(local_lake()))
     if env == "prod":
-        missing = [name for name in GCS_VARIABLES if not os.environ.get(name)]
+        missing = [name for name in _GCS_VARIABLES if not os.environ.get(name)]
         if missing:
             raise ValueError(
                 f"BQ_PLATFORM_ENV=prod: set {', '.join(missing)} (README, 'Running on Google "
@@ -95,7 +96,7 @@ def object_store(env: str) -> ObjectStore:
             )
         from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
 
-        project, bucket = (os.environ[name] for name in GCS_VARIABLES)
+        project, bucket = (os.environ[name] for name in _GCS_VARIABLES)
         return GCSObjectStore(bucket, storage_client(project))
     raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
 
