@@ -252,6 +252,29 @@ def test_fast_pattern_reads_as_line_pattern_where_it_matches() -> None:
     assert matched > 20
 
 
+def test_spark_takes_the_fast_path_where_the_fast_pattern_matches(spark, access_logs) -> None:
+    """The fast rewrite (``transform._fast_groups``) has its 15 parts exactly where
+    FAST_LINE_PATTERN matches (Python ``re``): over the odd lines, the edges, the variants and
+    the first real lines of each bundled log. A wrong replacement or separator would send every
+    line down the slow path with the same results, so only this test sees it."""
+    import re
+
+    from bq_platform.lib.transform import _FAST_PARTS, FAST_LINE_PATTERN, _fast_groups
+
+    fast = re.compile(FAST_LINE_PATTERN, re.ASCII | re.DOTALL)
+    lines = [raw.decode("utf-8", "replace") for raw in ODD_LINES + FAST_PATH_LINES]
+    lines += [v.line for v in VARIANTS]
+    for path in sorted(access_logs.glob("*/*.log.gz")):
+        lines += gzip.decompress(path.read_bytes()).decode("utf-8", "replace").split("\n")[:50]
+    lines = [line for line in lines if "\n" not in line]  # the transform's one_line guard
+    frame = spark.createDataFrame([(i, line) for i, line in enumerate(lines)], "i int, line string")
+    rows = frame.select("i", F.size(_fast_groups(F.col("line"))).alias("n")).collect()
+    parts = {r["i"]: r["n"] for r in rows}
+    expected = {i: _FAST_PARTS if fast.fullmatch(line) else 1 for i, line in enumerate(lines)}
+    assert parts == expected
+    assert sum(n == _FAST_PARTS for n in parts.values()) > 100
+
+
 @pytest.fixture(scope="module")
 def odd_rows(spark) -> list[dict]:
     return run(spark, ODD_LINES)
