@@ -9,6 +9,8 @@ run (issue 7). So:
 - :func:`ensure_dagster_yaml` writes ``dagster.yaml`` (:func:`dagster_yaml`) when missing, and
   appends the blocks an older file lacks (run monitoring, run queue and pool limits, the
   batched event log of :mod:`bq_platform.event_log`), never changing a key the operator set;
+- :func:`follow_moved_home` points that block's absolute ``base_dir`` at the home again after
+  the folder was moved;
 - :func:`run_lock` is an exclusive ``fcntl.flock`` on ``$DAGSTER_HOME/bq_platform.run.lock``:
   ``bq-platform run`` holds it for its whole run, so the instance is created and migrated by one
   process only, and a second ``run`` *waits* for the first (bounded, with a message) instead of
@@ -77,12 +79,13 @@ concurrency:
 #: The event log block (:mod:`bq_platform.event_log`): Dagster's SQLite event log, in the files
 #: of Dagster's default (``<home>/history/runs``, ``dagster/_core/instance/ref.py``), writing a
 #: batch of asset events at once.
+EVENT_LOG_MODULE = "bq_platform.event_log"
 EVENT_LOG_BLOCK = """\
 # Dagster's SQLite event log, writing a run's planned events and a step's per-hour
 # materializations in one transaction instead of one per event (bq_platform/event_log.py).
-# Moving this folder: delete this block, and bq-platform writes it again with the new path.
+# After this folder is moved, bq-platform points base_dir at its new place.
 event_log_storage:
-  module: bq_platform.event_log
+  module: {module}
   class: BatchedSqliteEventLogStorage
   config:
     base_dir: {base_dir}
@@ -107,7 +110,10 @@ def instance_blocks(home: Path) -> dict[str, str]:
     """The top-level blocks of the local instance in ``home``, by key: :data:`INSTANCE_BLOCKS`
     and the ``event_log_storage`` block (:data:`EVENT_LOG_BLOCK`, with ``home``'s path)."""
     base_dir = json.dumps(str(Path(home).resolve() / "history" / "runs"))  # a YAML string too
-    return {**INSTANCE_BLOCKS, "event_log_storage": EVENT_LOG_BLOCK.format(base_dir=base_dir)}
+    return {
+        **INSTANCE_BLOCKS,
+        "event_log_storage": EVENT_LOG_BLOCK.format(module=EVENT_LOG_MODULE, base_dir=base_dir),
+    }
 
 
 def dagster_yaml(home: Path) -> str:
@@ -153,6 +159,53 @@ def ensure_dagster_yaml(home: Path) -> list[str]:
         _write(config, text.rstrip("\n") + "\n\n# Added by bq-platform:\n" + text_added)
         log.info("%s: added %s", config, ", ".join(added))
     return added
+
+
+def follow_moved_home(home: Path) -> str | None:
+    """Point the event log of ``home/dagster.yaml`` at ``home`` again after the folder moved.
+
+    The ``event_log_storage`` block that :func:`ensure_dagster_yaml` writes holds an absolute
+    ``base_dir`` (Dagster's instance config has no path relative to its home). After the data
+    folder is moved, that path names the old place: Dagster would create it again and keep the
+    new runs' history there, apart from the rest. So, for a block of
+    :class:`bq_platform.event_log.BatchedSqliteEventLogStorage` whose ``base_dir`` is not
+    ``home/history/runs``:
+
+    - if that folder no longer exists and its line is as written here, the path is replaced by
+      ``home``'s (the folder was moved: its history came along);
+    - otherwise (a copied folder, or a path the operator chose) nothing changes.
+
+    Returns:
+        One line for the operator: what was changed, or what to check; None when the block
+        is absent, another storage's, or already ``home``'s.
+
+    Raises:
+        ValueError: if the file is not a YAML mapping (names the file).
+    """
+    config = home / "dagster.yaml"
+    if not config.exists():
+        return None
+    text = config.read_text()
+    try:
+        current = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{config}: not valid YAML ({exc}); fix or delete it") from exc
+    block = current.get("event_log_storage") if isinstance(current, dict) else None
+    if not isinstance(block, dict) or block.get("module") != EVENT_LOG_MODULE:
+        return None
+    configured = (block.get("config") or {}).get("base_dir")
+    expected = Path(home).resolve() / "history" / "runs"
+    if not isinstance(configured, str) or Path(configured).resolve() == expected:
+        return None
+    line = f"base_dir: {json.dumps(configured)}\n"
+    if not Path(configured).exists() and text.count(line) == 1:
+        _write(config, text.replace(line, f"base_dir: {json.dumps(str(expected))}\n"))
+        return f"{config}: the folder was moved; the event log now follows it ({expected})"
+    return (
+        f"{config}: the event log is kept in {configured}, outside this Dagster home; if this "
+        f"folder is a copy, delete the event_log_storage block and the next run writes it "
+        f"again for {expected}"
+    )
 
 
 def _write(path: Path, text: str) -> None:

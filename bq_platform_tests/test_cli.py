@@ -118,6 +118,28 @@ def test_run_refuses_a_broken_dagster_yaml_by_name(tmp_path, monkeypatch):
     assert "dagster.yaml" in result.output and "Traceback" not in result.output
 
 
+def test_run_after_the_data_folder_moved_keeps_the_event_log_with_it(tmp_path, monkeypatch):
+    """The instance's event log names an absolute folder (instance.follow_moved_home): the
+    first run after a move says, once, that the log follows the folder, and uses it."""
+    for name in ("BQ_PLATFORM_ENV", "DAGSTER_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "before"))
+    first = CliRunner().invoke(main, ["run"])
+    assert first.exit_code == 0, first.output
+    (tmp_path / "before").rename(tmp_path / "after")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # dagster_home() exported the old one
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "after"))
+
+    moved = CliRunner().invoke(main, ["run"])
+    again = CliRunner().invoke(main, ["run"])
+
+    assert moved.exit_code == 0, moved.output
+    runs = tmp_path / "after" / "dagster_home" / "history" / "runs"
+    assert moved.output.count(f"the event log now follows it ({runs})") == 1
+    assert "event log" not in again.output
+    assert not (tmp_path / "before").exists()
+
+
 @pytest.mark.parametrize("command", [["summary"], ["run"], ["deadletters"]])
 def test_an_unset_production_variable_is_one_message_naming_it(tmp_path, monkeypatch, command):
     """Outside a Dagster run a ``dg.EnvVar`` field is the variable's name: the CLI resolves

@@ -1,6 +1,7 @@
 """The local Dagster instance: its config, the run lock, and runs whose process died."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from bq_platform.instance import (
     dagster_yaml,
     ensure_dagster_yaml,
     fail_dead_runs,
+    follow_moved_home,
     instance_blocks,
     run_lock,
 )
@@ -88,6 +90,57 @@ def test_an_older_instance_keeps_its_event_log_files(tmp_path):
     with open_instance(tmp_path) as instance:
         assert type(instance.event_log_storage) is BatchedSqliteEventLogStorage
         assert instance.get_latest_materialization_event(dg.AssetKey("old")) is not None
+
+
+def _runs_folder(instance: dg.DagsterInstance) -> Path:
+    return Path(instance.event_log_storage._base_dir)  # noqa: SLF001 - where the log is kept
+
+
+def test_a_moved_home_keeps_its_event_log_with_it(tmp_path):
+    """The event log block names an absolute folder; after the home is moved (the old folder
+    gone), the next run points it at the new place, and the history recorded before the move
+    is read from there. Without this, Dagster recreated the old folder for the new runs."""
+    old, new = tmp_path / "old" / "dagster_home", tmp_path / "new" / "dagster_home"
+    old.mkdir(parents=True)
+    ensure_dagster_yaml(old)
+    with open_instance(old) as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("before_the_move"))
+    old.parent.rename(tmp_path / "new")
+
+    message = follow_moved_home(new)
+
+    assert message is not None and "moved" in message and str(new / "history" / "runs") in message
+    assert yaml.safe_load((new / "dagster.yaml").read_text())["event_log_storage"]["config"] == {
+        "base_dir": str(new / "history" / "runs")
+    }
+    assert (new / "dagster.yaml").read_text() == dagster_yaml(new)  # comments kept
+    with open_instance(new) as instance:
+        assert _runs_folder(instance) == new / "history" / "runs"
+        assert instance.get_latest_materialization_event(dg.AssetKey("before_the_move"))
+        instance.report_runless_asset_event(dg.AssetMaterialization("after_the_move"))
+    assert not (tmp_path / "old").exists()
+    assert follow_moved_home(new) is None  # once
+
+
+def test_a_copied_home_or_a_chosen_folder_is_named_not_changed(tmp_path):
+    original = tmp_path / "a" / "dagster_home"
+    original.mkdir(parents=True)
+    ensure_dagster_yaml(original)
+    with open_instance(original) as instance:  # its history/runs exists: a copy, not a move
+        instance.report_runless_asset_event(dg.AssetMaterialization("original"))
+    copy = tmp_path / "b" / "dagster_home"
+    shutil.copytree(original, copy)
+    before = (copy / "dagster.yaml").read_text()
+
+    message = follow_moved_home(copy)
+
+    assert message is not None and str(original / "history" / "runs") in message
+    assert "delete the event_log_storage block" in message
+    assert (copy / "dagster.yaml").read_text() == before
+    assert follow_moved_home(original) is None
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    assert follow_moved_home(tmp_path / "c") is None  # no event log block: Dagster's default
 
 
 def test_broken_config_is_named(tmp_path):
