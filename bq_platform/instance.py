@@ -141,13 +141,7 @@ def ensure_dagster_yaml(home: Path) -> list[str]:
     if not config.exists():
         _write(config, dagster_yaml(home))
         return list(blocks)
-    text = config.read_text()
-    try:
-        current = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{config}: not valid YAML ({exc}); fix or delete it") from exc
-    if not isinstance(current, dict):
-        raise ValueError(f"{config}: expected a YAML mapping of instance settings")
+    text, current = _read_config(config)
     conflicts = {"concurrency": _RUN_QUEUE_CONFLICTS, "event_log_storage": ("storage",)}
     added = [
         key
@@ -171,8 +165,9 @@ def follow_moved_home(home: Path) -> str | None:
     :class:`bq_platform.event_log.BatchedSqliteEventLogStorage` whose ``base_dir`` is not
     ``home/history/runs``:
 
-    - if that folder no longer exists and its line is as written here, the path is replaced by
-      ``home``'s (the folder was moved: its history came along);
+    - if it reads ``<old home>/history/runs``, where the old home has this home's name and no
+      longer exists, and its line is as written here, the path is replaced by ``home``'s (the
+      folder was moved: its history came along);
     - otherwise (a copied folder, or a path the operator chose) nothing changes.
 
     Returns:
@@ -185,12 +180,8 @@ def follow_moved_home(home: Path) -> str | None:
     config = home / "dagster.yaml"
     if not config.exists():
         return None
-    text = config.read_text()
-    try:
-        current = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{config}: not valid YAML ({exc}); fix or delete it") from exc
-    block = current.get("event_log_storage") if isinstance(current, dict) else None
+    text, current = _read_config(config)
+    block = current.get("event_log_storage")
     if not isinstance(block, dict) or block.get("module") != EVENT_LOG_MODULE:
         return None
     configured = (block.get("config") or {}).get("base_dir")
@@ -198,7 +189,11 @@ def follow_moved_home(home: Path) -> str | None:
     if not isinstance(configured, str) or Path(configured).resolve() == expected:
         return None
     line = f"base_dir: {json.dumps(configured)}\n"
-    if not Path(configured).exists() and text.count(line) == 1:
+    old_home = Path(configured).parent.parent
+    written_here = Path(configured).parts[-2:] == ("history", "runs") and (
+        old_home.name == Path(home).resolve().name
+    )
+    if written_here and not old_home.exists() and text.count(line) == 1:
         _write(config, text.replace(line, f"base_dir: {json.dumps(str(expected))}\n"))
         return f"{config}: the folder was moved; the event log now follows it ({expected})"
     return (
@@ -206,6 +201,22 @@ def follow_moved_home(home: Path) -> str | None:
         f"folder is a copy, delete the event_log_storage block and the next run writes it "
         f"again for {expected}"
     )
+
+
+def _read_config(config: Path) -> tuple[str, dict[str, Any]]:
+    """The text of ``dagster.yaml`` and its settings.
+
+    Raises:
+        ValueError: if it is not YAML, or not a mapping (names the file).
+    """
+    text = config.read_text()
+    try:
+        current = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{config}: not valid YAML ({exc}); fix or delete it") from exc
+    if not isinstance(current, dict):
+        raise ValueError(f"{config}: expected a YAML mapping of instance settings")
+    return text, current
 
 
 def _write(path: Path, text: str) -> None:

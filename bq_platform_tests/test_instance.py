@@ -138,6 +138,14 @@ def test_a_copied_home_or_a_chosen_folder_is_named_not_changed(tmp_path):
     assert "delete the event_log_storage block" in message
     assert (copy / "dagster.yaml").read_text() == before
     assert follow_moved_home(original) is None
+    chosen = tmp_path / "d" / "dagster_home"
+    chosen.mkdir(parents=True)
+    ensure_dagster_yaml(chosen)
+    config = chosen / "dagster.yaml"
+    config.write_text(config.read_text().replace(str(chosen / "history"), str(tmp_path / "logs")))
+    before = config.read_text()
+    assert str(tmp_path / "logs" / "runs") in follow_moved_home(chosen)  # not there yet: kept
+    assert config.read_text() == before
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     assert follow_moved_home(tmp_path / "c") is None  # no event log block: Dagster's default
