@@ -109,11 +109,17 @@ def dagster_home(default: Path) -> Path:
 def instance_blocks(home: Path) -> dict[str, str]:
     """The top-level blocks of the local instance in ``home``, by key: :data:`INSTANCE_BLOCKS`
     and the ``event_log_storage`` block (:data:`EVENT_LOG_BLOCK`, with ``home``'s path)."""
-    base_dir = json.dumps(str(Path(home).resolve() / "history" / "runs"))  # a YAML string too
+    base_dir = json.dumps(str(runs_folder(home)))  # a YAML string too
     return {
         **INSTANCE_BLOCKS,
         "event_log_storage": EVENT_LOG_BLOCK.format(module=EVENT_LOG_MODULE, base_dir=base_dir),
     }
+
+
+def runs_folder(home: Path) -> Path:
+    """Where the local instance in ``home`` keeps its event log: ``home/history/runs``, the
+    folder of Dagster's default (``dagster/_core/instance/ref.py``), resolved."""
+    return Path(home).resolve() / "history" / "runs"
 
 
 def dagster_yaml(home: Path) -> str:
@@ -162,17 +168,18 @@ def follow_moved_home(home: Path) -> str | None:
     ``base_dir`` (Dagster's instance config has no path relative to its home). After the data
     folder is moved, that path names the old place: Dagster would create it again and keep the
     new runs' history there, apart from the rest. So, for a block of
-    :class:`bq_platform.event_log.BatchedSqliteEventLogStorage` whose ``base_dir`` is not
-    ``home/history/runs``:
+    :class:`bq_platform.event_log.BatchedSqliteEventLogStorage` whose ``base_dir`` reads
+    ``<other home>/history/runs``, the other home having this home's name (the block was
+    written for another place, :func:`runs_folder`):
 
-    - if it reads ``<old home>/history/runs``, where the old home has this home's name and no
-      longer exists, and its line is as written here, the path is replaced by ``home``'s (the
-      folder was moved: its history came along);
-    - otherwise (a copied folder, or a path the operator chose) nothing changes.
+    - if that other home no longer exists and the line is as written here, the path is
+      replaced by ``home``'s (the folder was moved: its history came along);
+    - if it still exists (this folder is a copy), nothing changes and the line says so.
+
+    A ``base_dir`` of another form is the operator's choice and is left alone, silently.
 
     Returns:
-        One line for the operator: what was changed, or what to check; None when the block
-        is absent, another storage's, or already ``home``'s.
+        One line for the operator (what was changed, or what to check), or None.
 
     Raises:
         ValueError: if the file is not a YAML mapping (names the file).
@@ -185,15 +192,17 @@ def follow_moved_home(home: Path) -> str | None:
     if not isinstance(block, dict) or block.get("module") != EVENT_LOG_MODULE:
         return None
     configured = (block.get("config") or {}).get("base_dir")
-    expected = Path(home).resolve() / "history" / "runs"
+    expected = runs_folder(home)
     if not isinstance(configured, str) or Path(configured).resolve() == expected:
         return None
-    line = f"base_dir: {json.dumps(configured)}\n"
     old_home = Path(configured).parent.parent
-    written_here = Path(configured).parts[-2:] == ("history", "runs") and (
-        old_home.name == Path(home).resolve().name
-    )
-    if written_here and not old_home.exists() and text.count(line) == 1:
+    if (
+        Path(configured).parts[-2:] != expected.parts[-2:]
+        or old_home.name != expected.parent.parent.name
+    ):
+        return None  # not a place this module writes: the operator's
+    line = f"base_dir: {json.dumps(configured)}\n"
+    if not old_home.exists() and text.count(line) == 1:
         _write(config, text.replace(line, f"base_dir: {json.dumps(str(expected))}\n"))
         return f"{config}: the folder was moved; the event log now follows it ({expected})"
     return (
