@@ -324,7 +324,7 @@ def build_resources(env: str) -> dict[str, Any]:
                 **environment.pipeline_settings("prod"),
             ),
         }
-    raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+    raise environment.unknown_environment(env)
 
 
 def resolved(resource: R) -> R:

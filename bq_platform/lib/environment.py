@@ -37,6 +37,11 @@ DEFAULT_FIRST_HOUR = "1995-08-01T00"
 _GCS_VARIABLES: tuple[str, str] = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET")
 
 
+def unknown_environment(env: str) -> ValueError:
+    """The one error for a ``BQ_PLATFORM_ENV`` outside :data:`ENVIRONMENTS`, naming it."""
+    return ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+
+
 def env_name() -> str:
     """``BQ_PLATFORM_ENV``: ``local`` (the default when unset or empty) or ``prod``.
 
@@ -45,7 +50,7 @@ def env_name() -> str:
     """
     env = os.environ.get("BQ_PLATFORM_ENV") or "local"
     if env not in ENVIRONMENTS:
-        raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+        raise unknown_environment(env)
     return env
 
 
@@ -98,7 +103,7 @@ def object_store(env: str) -> ObjectStore:
 
         project, bucket = (os.environ[name] for name in _GCS_VARIABLES)
         return GCSObjectStore(bucket, storage_client(project))
-    raise ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
+    raise unknown_environment(env)
 
 
 def pipeline_settings(env: str) -> dict[str, Any]:
