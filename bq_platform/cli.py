@@ -54,12 +54,11 @@ def _ensure_dagster_home() -> Path:
     """Use ``$DAGSTER_HOME``, else ``<BQ_PLATFORM_HOME>/dagster_home``, with a dagster.yaml that
     has every block of :func:`bq_platform.instance.instance_blocks`, its event log in this
     home (:func:`bq_platform.instance.follow_moved_home`; its line goes to stderr)."""
-    from bq_platform.instance import dagster_home, ensure_dagster_yaml, follow_moved_home
+    from bq_platform.instance import dagster_home, prepare_home
 
     home = dagster_home(_home() / "dagster_home")
     try:
-        ensure_dagster_yaml(home)
-        moved = follow_moved_home(home)
+        moved = prepare_home(home)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     if moved:
