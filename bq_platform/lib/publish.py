@@ -123,8 +123,7 @@ def run_plans(
         JobFailedError / QuotaBudgetExceededError / RuleViolation: the first job's error, see
             :func:`~bq_platform.lib.jobs.run_idempotent_jobs`.
     """
-    for plan in plans:
-        warehouse.ensure_table(plan.spec)
+    warehouse.ensure_tables([plan.spec for plan in plans])
     return run_idempotent_jobs(
         warehouse,
         [JobRequest(p.make_job, p.fingerprint, p.partition) for p in plans],

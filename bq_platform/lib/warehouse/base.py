@@ -126,23 +126,67 @@ class Warehouse(abc.ABC):
             RuleViolation: if BigQuery would refuse ``spec`` (nothing is sent).
             SchemaMismatchError: if the table exists with an incompatible schema or layout.
         """
-        rules.check_table_spec(spec)
-        cached = self._ensured.get(spec.name)
-        if cached is not None and cached.fingerprint() == spec.fingerprint():
-            return
-        existing = self._describe_table(spec.name)
-        if existing is None:
+        self.ensure_tables([spec])
+
+    def ensure_tables(self, specs: Sequence[TableSpec]) -> None:
+        """:meth:`ensure_table` for each spec: one metadata read per table not ensured yet,
+        then the missing tables are created together (:meth:`_create_tables`).
+
+        Raises:
+            RuleViolation / SchemaMismatchError: as :meth:`ensure_table`, for the first spec
+                that fails; no missing table is created then.
+            ValueError: if two specs name the same table but differ (a spec repeated as is,
+                such as the published table of each day's copy, is ensured once).
+        """
+        missing: list[TableSpec] = []
+        seen: dict[str, str] = {}
+        for spec in specs:
+            rules.check_table_spec(spec)
+            fingerprint = seen.setdefault(spec.name, spec.fingerprint())
+            if fingerprint != spec.fingerprint():
+                raise ValueError(f"two different specs of table {spec.name} in one call")
+            if spec in missing:
+                continue
+            cached = self._ensured.get(spec.name)
+            if cached is not None and cached.fingerprint() == spec.fingerprint():
+                continue
+            existing = self._describe_table(spec.name)
+            if existing is None:
+                missing.append(spec)
+            else:
+                self._check_existing(spec, existing)
+        for spec in self._create_tables(missing):
+            existing = self._describe_table(spec.name)
+            if existing is None:
+                raise WarehouseError(
+                    f"table {spec.name} was reported to exist (409) but cannot be read; "
+                    "is another process creating and deleting it?"
+                )
+            self._check_existing(spec, existing)
+
+    def _create_tables(self, specs: Sequence[TableSpec]) -> list[TableSpec]:
+        """Create each table of ``specs`` (:meth:`_create_table`) and mark it ensured.
+
+        Returns:
+            The specs whose table another client created first (HTTP 409), for the caller to
+            read back and check.
+        """
+        existed = []
+        for spec in specs:
             try:
                 self._create_table(spec)
-                self._ensured[spec.name] = spec
-                return
             except TableExistsError:
-                existing = self._describe_table(spec.name)
-                if existing is None:
-                    raise WarehouseError(
-                        f"table {spec.name} was reported to exist (409) but cannot be read; "
-                        "is another process creating and deleting it?"
-                    ) from None
+                existed.append(spec)
+                continue
+            self._ensured[spec.name] = spec
+        return existed
+
+    def _check_existing(self, spec: TableSpec, existing: TableSpec) -> None:
+        """Compare an existing table with ``spec``; patch additive changes, mark it ensured.
+
+        Raises:
+            SchemaMismatchError: if the difference is not additive.
+        """
         diff = compare(existing, spec)
         if diff.errors:
             raise SchemaMismatchError(

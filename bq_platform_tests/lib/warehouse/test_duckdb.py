@@ -124,6 +124,65 @@ def test_ensure_table_is_cached_per_fingerprint(wh: DuckDBWarehouse) -> None:
     assert again.metadata_operations == {"pageviews": 1}
 
 
+def test_ensure_tables_creates_the_missing_ones_together_and_checks_the_others(
+    wh: DuckDBWarehouse, tmp_path: Path
+) -> None:
+    hours = [HOUR + dt.timedelta(hours=i) for i in range(3)]
+    kept = stage(wh, tmp_path, hours[0], pageviews(hours[0], 3), "load1")  # exists, 3 rows
+    later = DuckDBWarehouse(wh.path)  # a new run: nothing ensured yet
+    try:
+        specs = [stage_spec("full", h) for h in hours]
+        later.ensure_tables([*specs, specs[1]])  # a spec repeated as is is ensured once
+
+        names = [s.name for s in specs]
+        assert later.ensured_tables() == [names[0], names[1], names[2]]
+        # One read each; one create for each missing table; the existing one is only read.
+        assert later.metadata_operations == {names[0]: 1, names[1]: 2, names[2]: 2}
+        assert later.table_rows(kept) == 3
+        for spec in specs[1:]:
+            described = later.describe_table(spec.name)
+            assert described is not None and described.fingerprint() == spec.fingerprint()
+            assert later.table_rows(spec.name) == 0
+
+        other = dataclasses.replace(specs[0], labels={**specs[0].labels, "role": "other"})
+        with pytest.raises(ValueError, match="two different specs"):
+            later.ensure_tables([specs[0], other])
+    finally:
+        later.close()
+
+
+def test_ensure_tables_falls_back_to_one_by_one_when_a_table_appears_meanwhile(
+    wh: DuckDBWarehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another client creates one of the tables between the read and the create: the batch
+    # is rolled back whole, then each table is created on its own and the 409 one checked.
+    hours = [HOUR + dt.timedelta(hours=i) for i in range(3)]
+    raced = stage(wh, tmp_path, hours[1], pageviews(hours[1], 2), "load1")
+    later = DuckDBWarehouse(wh.path)
+    real_describe = later._describe_table
+    reads: list[str] = []
+
+    def describe_missing_first(table: str) -> TableSpec | None:
+        reads.append(table)
+        if table == raced and reads.count(table) == 1:
+            later._count_metadata(table)
+            return None  # read before the other client's create
+        return real_describe(table)
+
+    monkeypatch.setattr(later, "_describe_table", describe_missing_first)
+    try:
+        specs = [stage_spec("full", h) for h in hours]
+        later.ensure_tables(specs)
+
+        assert sorted(later.ensured_tables()) == sorted(s.name for s in specs)
+        assert reads.count(raced) == 2  # read again after the 409, then checked
+        assert later.table_rows(raced) == 2  # the other client's rows are kept
+        for spec in (specs[0], specs[2]):
+            assert later.table_rows(spec.name) == 0
+    finally:
+        later.close()
+
+
 def test_stage_tables_have_the_published_layout(wh: DuckDBWarehouse) -> None:
     # BigQuery copies into a column-partitioned table only from sources partitioned and
     # clustered the same way (apache/airflow PR 42130, apache/beam issue 34571).
