@@ -300,19 +300,28 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             ],
         )
 
-    def _create_table(self, spec: TableSpec) -> None:
-        self._count_metadata(spec.name)
+    def _create_in(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
+        """``CREATE TABLE`` and its layout row, in ``con``'s open transaction.
+
+        Raises:
+            ValueError: if the name is one of the warehouse's internal tables.
+            TableExistsError: if the table exists (BigQuery's 409).
+        """
         if spec.name in _INTERNAL:
             raise ValueError(f"table name {spec.name} is reserved by the DuckDB warehouse")
         columns = ", ".join(column_ddl(c) for c in spec.columns)
+        try:
+            con.execute(f"CREATE TABLE {ident(spec.name)} ({columns})")
+        except duckdb.CatalogException as exc:
+            if "already exists" not in str(exc):
+                raise
+            raise TableExistsError(f"Already Exists: Table {spec.name}") from None
+        self._write_layout(con, spec, created=True)
+
+    def _create_table(self, spec: TableSpec) -> None:
+        self._count_metadata(spec.name)
         with self._transaction() as con:
-            try:
-                con.execute(f"CREATE TABLE {ident(spec.name)} ({columns})")
-            except duckdb.CatalogException as exc:
-                if "already exists" not in str(exc):
-                    raise
-                raise TableExistsError(f"Already Exists: Table {spec.name}") from None
-            self._write_layout(con, spec, created=True)
+            self._create_in(con, spec)
         log.info("created table %s (%d columns)", spec.name, len(spec.columns))
 
     def _create_tables(self, specs: Sequence[TableSpec]) -> list[TableSpec]:
@@ -322,18 +331,11 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         (:meth:`Warehouse._create_tables`), which reports it."""
         if len(specs) < 2:
             return super()._create_tables(specs)
-        for spec in specs:
-            if spec.name in _INTERNAL:
-                raise ValueError(f"table name {spec.name} is reserved by the DuckDB warehouse")
         try:
             with self._transaction() as con:
                 for spec in specs:
-                    columns = ", ".join(column_ddl(c) for c in spec.columns)
-                    con.execute(f"CREATE TABLE {ident(spec.name)} ({columns})")
-                    self._write_layout(con, spec, created=True)
-        except duckdb.CatalogException as exc:
-            if "already exists" not in str(exc):
-                raise
+                    self._create_in(con, spec)
+        except TableExistsError:
             return super()._create_tables(specs)
         for spec in specs:
             self._count_metadata(spec.name)
