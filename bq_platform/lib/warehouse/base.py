@@ -125,6 +125,7 @@ class Warehouse(abc.ABC):
         Raises:
             RuleViolation: if BigQuery would refuse ``spec`` (nothing is sent).
             SchemaMismatchError: if the table exists with an incompatible schema or layout.
+            WarehouseError: if a create answered 409 but the table cannot be read back.
         """
         self.ensure_tables([spec])
 
@@ -142,13 +143,13 @@ class Warehouse(abc.ABC):
         seen: dict[str, str] = {}
         for spec in specs:
             rules.check_table_spec(spec)
-            fingerprint = seen.setdefault(spec.name, spec.fingerprint())
-            if fingerprint != spec.fingerprint():
+            fingerprint = spec.fingerprint()
+            if seen.setdefault(spec.name, fingerprint) != fingerprint:
                 raise ValueError(f"two different specs of table {spec.name} in one call")
             if spec in missing:
                 continue
             cached = self._ensured.get(spec.name)
-            if cached is not None and cached.fingerprint() == spec.fingerprint():
+            if cached is not None and cached.fingerprint() == fingerprint:
                 continue
             existing = self._describe_table(spec.name)
             if existing is None:
