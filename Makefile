@@ -53,7 +53,7 @@ lint: install
 REPORTS_PORT ?= 3001
 dev: install
 	mkdir -p $(DAGSTER_HOME) $(BQ_PLATFORM_HOME)/lake/reports
-	$(BIN)/python -m bq_platform.instance $(DAGSTER_HOME)
+	$(BIN)/bq-platform home
 	$(BIN)/python -m http.server $(REPORTS_PORT) --bind 127.0.0.1 \
 	  --directory $(BQ_PLATFORM_HOME)/lake/reports >/dev/null 2>&1 & \
 	  trap 'kill $$!' EXIT INT TERM; \

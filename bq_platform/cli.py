@@ -279,6 +279,17 @@ def _run(
 
 
 @main.command()
+def home() -> None:
+    """Prepare the Dagster home that `run` and `make dev` use, and print its path.
+
+    Writes its dagster.yaml (or adds the blocks an older one lacks) and, after the data folder
+    was moved, points its event log at the new place (one line on stderr). `make dev` runs it
+    before `dagster dev`; `run` does the same by itself.
+    """
+    click.echo(_ensure_dagster_home())
+
+
+@main.command()
 def summary() -> None:
     """Print the accounting summary per day and site from the audit table."""
     runner = _runner(echo=click.echo)

@@ -10,8 +10,8 @@ run (issue 7). So:
   appends the blocks an older file lacks (run monitoring, run queue and pool limits, the
   batched event log of :mod:`bq_platform.event_log`), never changing a key the operator set;
 - :func:`follow_moved_home` points that block's absolute ``base_dir`` at the home again after
-  the folder was moved; :func:`prepare_home` does both (``bq-platform run``, and ``make dev``
-  through ``python -m bq_platform.instance``);
+  the folder was moved; :func:`prepare_home` does both (``bq-platform run``, and
+  ``bq-platform home``, which ``make dev`` runs before ``dagster dev``);
 - :func:`run_lock` is an exclusive ``fcntl.flock`` on ``$DAGSTER_HOME/bq_platform.run.lock``:
   ``bq-platform run`` holds it for its whole run, so the instance is created and migrated by one
   process only, and a second ``run`` *waits* for the first (bounded, with a message) instead of
@@ -351,30 +351,3 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
             instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         failed.append(run.run_id)
     return failed
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bq_platform.instance DAGSTER_HOME``: :func:`prepare_home` (``make dev``).
-
-    Prints its line, if any, on stderr; exits 2 with the error on a bad ``dagster.yaml``.
-    """
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m bq_platform.instance DAGSTER_HOME", file=sys.stderr)
-        return 2
-    home = Path(args[0])
-    home.mkdir(parents=True, exist_ok=True)
-    try:
-        line = prepare_home(home)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if line:
-        print(line, file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,6 +13,7 @@ import bq_platform.instance as instance_module
 import bq_platform.runner as runner_module
 from bq_platform.cli import main
 from bq_platform.defs.resources import SparkResource
+from bq_platform.instance import dagster_yaml, ensure_dagster_yaml
 from bq_platform.lib import layout
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.objectstore.local import LocalObjectStore
@@ -138,6 +139,30 @@ def test_run_after_the_data_folder_moved_keeps_the_event_log_with_it(tmp_path, m
     assert moved.output.count(f"the event log now follows it ({runs})") == 1
     assert "event log" not in again.output
     assert not (tmp_path / "before").exists()
+
+
+def test_home_prepares_a_moved_home_for_make_dev(tmp_path, monkeypatch):
+    """``make dev`` runs ``bq-platform home`` before ``dagster dev``: after a move, the UI's
+    runs write their history in the new place too, not only the next ``run``'s."""
+    old, new = tmp_path / "old" / "dagster_home", tmp_path / "new" / "dagster_home"
+    old.mkdir(parents=True)
+    ensure_dagster_yaml(old)
+    old.parent.rename(tmp_path / "new")
+    monkeypatch.setenv("DAGSTER_HOME", str(new))
+
+    moved = CliRunner().invoke(main, ["home"])
+    again = CliRunner().invoke(main, ["home"])
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "bad"))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "dagster.yaml").write_text("- a list\n")
+    bad = CliRunner().invoke(main, ["home"])
+
+    assert moved.exit_code == 0 and again.exit_code == 0, moved.output
+    assert moved.stdout == f"{new}\n" and "the folder was moved" in moved.stderr
+    assert again.stdout == f"{new}\n" and again.stderr == ""
+    assert (new / "dagster.yaml").read_text() == dagster_yaml(new)
+    assert bad.exit_code == 1 and "dagster.yaml" in bad.output and "Traceback" not in bad.output
+    assert not (tmp_path / "old").exists()
 
 
 @pytest.mark.parametrize("command", [["summary"], ["run"], ["deadletters"]])

@@ -151,32 +151,6 @@ def test_a_copied_home_is_named_and_a_chosen_folder_left_alone(tmp_path):
     assert follow_moved_home(tmp_path / "c") is None  # no event log block: Dagster's default
 
 
-def test_make_dev_prepares_a_moved_home_before_dagster_dev(tmp_path):
-    """``make dev`` runs ``python -m bq_platform.instance $(DAGSTER_HOME)`` before ``dagster
-    dev``: after a move, the UI's runs write their history in the new place too."""
-    old, new = tmp_path / "old" / "dagster_home", tmp_path / "new" / "dagster_home"
-    old.mkdir(parents=True)
-    ensure_dagster_yaml(old)
-    old.parent.rename(tmp_path / "new")
-    command = [sys.executable, "-m", "bq_platform.instance"]
-
-    moved = subprocess.run([*command, str(new)], capture_output=True, text=True, check=True)
-    again = subprocess.run([*command, str(new)], capture_output=True, text=True, check=True)
-    fresh = subprocess.run(
-        [*command, str(tmp_path / "fresh")], capture_output=True, text=True, check=True
-    )
-    (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "dagster.yaml").write_text("- a list\n")
-    bad = subprocess.run([*command, str(tmp_path / "bad")], capture_output=True, text=True)
-
-    assert "the folder was moved" in moved.stderr and moved.stdout == ""
-    assert (new / "dagster.yaml").read_text() == dagster_yaml(new)
-    assert again.stderr == "" and fresh.stderr == ""
-    assert (tmp_path / "fresh" / "dagster.yaml").read_text() == dagster_yaml(tmp_path / "fresh")
-    assert bad.returncode == 2 and "dagster.yaml" in bad.stderr
-    assert not (tmp_path / "old").exists()
-
-
 def test_broken_config_is_named(tmp_path):
     (tmp_path / "dagster.yaml").write_text("- a list\n")
     with pytest.raises(ValueError, match="dagster.yaml"):
