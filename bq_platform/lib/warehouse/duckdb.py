@@ -10,7 +10,8 @@ local run fails where BigQuery would. This module supplies only what DuckDB does
   ``NOT NULL``; ``TIMESTAMP`` is ``TIMESTAMP WITH TIME ZONE`` and every connection runs with
   ``TimeZone = 'UTC'``.
 - **Layout.** DuckDB has no partitioning, clustering, labels or expiration: they are kept in
-  ``_bq_platform_tables`` with the creation time, and partition semantics are emulated by the
+  ``_bq_platform_tables`` with the creation time
+  (:mod:`bq_platform.lib.warehouse.duckdb_layout`), and partition semantics are emulated by the
   jobs (:mod:`bq_platform.lib.warehouse.duckdb_jobs`). Clustering and
   ``require_partition_filter`` are recorded, not enforced.
 - **Jobs** run each in one transaction with its row in ``_bq_platform_jobs`` (BigQuery's job
@@ -29,10 +30,9 @@ for up to ``lock_timeout_s`` seconds (:mod:`bq_platform.lib.warehouse.duckdb_ope
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import duckdb
@@ -46,38 +46,27 @@ from bq_platform.lib.warehouse.base import (
 from bq_platform.lib.warehouse.compare import SpecDifference
 from bq_platform.lib.warehouse.duckdb_background import BackgroundJobs
 from bq_platform.lib.warehouse.duckdb_history import JOBS_DDL, JOBS_TABLE, DuckDBJobHistory
-from bq_platform.lib.warehouse.duckdb_jobs import DUCKDB_TYPES, column_ddl, ident
+from bq_platform.lib.warehouse.duckdb_jobs import DUCKDB_TYPES as DUCKDB_TYPES  # re-exported
+from bq_platform.lib.warehouse.duckdb_jobs import column_ddl, ident
+from bq_platform.lib.warehouse.duckdb_layout import (
+    TABLES_DDL,
+    TABLES_TABLE,
+    read_spec,
+    write_layout,
+)
 from bq_platform.lib.warehouse.duckdb_open import open_with_retry
 from bq_platform.lib.warehouse.duckdb_session import SessionSettings
 from bq_platform.lib.warehouse.duckdb_sql import DuckDBSql, _now, _require_aware, _rollback, _utc
-from bq_platform.lib.warehouse.schema import Column, TableSpec
+from bq_platform.lib.warehouse.schema import TableSpec
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH = Path(".bq_platform/warehouse.duckdb")
 
-# DuckDB column type -> canonical BigQuery name, for reading a table's schema back.
-_BIGQUERY_TYPES: Mapping[str, str] = {v: k for k, v in DUCKDB_TYPES.items()}
-
-
-#: What BigQuery keeps about tables and jobs outside the tables themselves.
-TABLES_TABLE = "_bq_platform_tables"
+#: The warehouse's own tables: the layout rows (:mod:`~bq_platform.lib.warehouse.duckdb_layout`)
+#: and the job history (:mod:`~bq_platform.lib.warehouse.duckdb_history`).
 _INTERNAL = frozenset({TABLES_TABLE, JOBS_TABLE})
-
-_INTERNAL_DDL = (
-    f"""CREATE TABLE IF NOT EXISTS {TABLES_TABLE} (
-        table_name VARCHAR PRIMARY KEY,
-        partition_field VARCHAR,
-        clustering JSON NOT NULL,
-        require_partition_filter BOOLEAN NOT NULL,
-        expiration_days INTEGER,
-        expires_at TIMESTAMP WITH TIME ZONE,
-        labels JSON NOT NULL,
-        description VARCHAR NOT NULL,
-        created_at TIMESTAMP WITH TIME ZONE NOT NULL,
-        updated_at TIMESTAMP WITH TIME ZONE NOT NULL)""",
-    JOBS_DDL,
-)
+_INTERNAL_DDL = (TABLES_DDL, JOBS_DDL)
 
 
 class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
@@ -201,59 +190,10 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         with self._lock:
             self.metadata_operations[table] = self.metadata_operations.get(table, 0) + 1
 
-    @staticmethod
-    def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str, bool]]:
-        """``(name, duckdb type, nullable)`` of ``table``'s columns in order; [] if missing.
-
-        ``pragma_table_info`` looks the one table up (0.2 ms); ``duckdb_columns()`` lists the
-        columns of every table (6 ms with 300 tables, growing with each hour's stage tables;
-        docs/PERFORMANCE.md). A missing table is a catalog error at bind
-        time, which leaves an open transaction usable.
-        """
-        try:
-            rows = con.execute(
-                'SELECT name, type, "notnull" FROM pragma_table_info(?) ORDER BY cid', [table]
-            ).fetchall()
-        except duckdb.CatalogException:
-            return []
-        return [(name, data_type, not bool(not_null)) for name, data_type, not_null in rows]
-
-    def _spec_in(
-        self, con: duckdb.DuckDBPyConnection, table: str
-    ) -> tuple[TableSpec, dt.datetime] | None:
-        """``(spec, created)`` of an existing table, read back; None if it does not exist."""
-        columns = self._columns(con, table)
-        if not columns:
-            return None
-        row = con.execute(
-            "SELECT partition_field, clustering, require_partition_filter, expiration_days, "
-            f"labels, description, created_at FROM {TABLES_TABLE} WHERE table_name = ?",
-            [table],
-        ).fetchone()
-        row = row or (None, "[]", False, None, "{}", "", _now())
-        spec = TableSpec(
-            name=table,
-            columns=tuple(
-                Column(
-                    name,
-                    _BIGQUERY_TYPES.get(data_type, data_type),
-                    "NULLABLE" if nullable else "REQUIRED",
-                )
-                for name, data_type, nullable in columns
-            ),
-            partition_field=row[0],
-            clustering=tuple(json.loads(row[1])),
-            require_partition_filter=bool(row[2]),
-            expiration_days=row[3],
-            labels=json.loads(row[4]),
-            description=row[5],
-        )
-        return spec, _utc(row[6])
-
     def describe_table(self, table: str) -> TableSpec | None:
         """Read a table's spec back (columns in BigQuery types and modes, plus its layout)."""
         with self._connect() as con:
-            found = self._spec_in(con, table)
+            found = read_spec(con, table)
         return found[0] if found else None
 
     def _describe_table(self, table: str) -> TableSpec | None:
@@ -261,44 +201,6 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             raise ValueError(f"table name {table} is reserved by the DuckDB warehouse")
         self._count_metadata(table)
         return self.describe_table(table)
-
-    @staticmethod
-    def _write_layout(
-        con: duckdb.DuckDBPyConnection, spec: TableSpec, *, created: bool = False
-    ) -> None:
-        """Write the table's layout row. A patch (``created=False``) updates it and keeps
-        ``created_at``/``expires_at`` from the first creation, as BigQuery's
-        ``creationTime``/``expirationTime``; a creation replaces any row a table of that name
-        left behind. (A DELETE and a plain INSERT: 1.1 ms with the commit, against 1.7 ms for
-        ``INSERT OR REPLACE`` or ``ON CONFLICT``; issue 9.)"""
-        now = _now()
-        expires = None if spec.expiration_days is None else now + dt.timedelta(spec.expiration_days)
-        if created:
-            con.execute(f"DELETE FROM {TABLES_TABLE} WHERE table_name = ?", [spec.name])
-        on_existing = (
-            ""
-            if created
-            else " ON CONFLICT (table_name) DO UPDATE SET "
-            "partition_field = excluded.partition_field, clustering = excluded.clustering, "
-            "require_partition_filter = excluded.require_partition_filter, "
-            "labels = excluded.labels, description = excluded.description, "
-            "updated_at = excluded.updated_at"
-        )
-        con.execute(
-            f"INSERT INTO {TABLES_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?){on_existing}",
-            [
-                spec.name,
-                spec.partition_field,
-                json.dumps(list(spec.clustering)),
-                spec.require_partition_filter,
-                spec.expiration_days,
-                expires,
-                json.dumps(dict(sorted(spec.labels.items()))),
-                spec.description,
-                now,
-                now,
-            ],
-        )
 
     def _create_in(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
         """``CREATE TABLE`` and its layout row, in ``con``'s open transaction.
@@ -316,7 +218,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             if "already exists" not in str(exc):
                 raise
             raise TableExistsError(f"Already Exists: Table {spec.name}") from None
-        self._write_layout(con, spec, created=True)
+        write_layout(con, spec, created=True)
 
     def _create_table(self, spec: TableSpec) -> None:
         self._count_metadata(spec.name)
@@ -348,7 +250,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         with self._transaction() as con:
             for column in diff.added_columns:
                 con.execute(f"ALTER TABLE {ident(spec.name)} ADD COLUMN {column_ddl(column)}")
-            self._write_layout(con, spec)
+            write_layout(con, spec)
         log.info(
             "patched table %s: columns %s, %s",
             spec.name,
@@ -370,7 +272,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
                 except duckdb.CatalogException:
                     return None
                 return TableInfo(table=table, created=_utc(created) or _now(), rows=int(rows))
-            found = self._spec_in(con, table)
+            found = read_spec(con, table)
             if found is None:
                 return None
             spec, created = found

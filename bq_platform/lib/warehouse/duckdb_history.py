@@ -23,6 +23,7 @@ from bq_platform.lib.warehouse.base import (
     LoadJob,
     WarehouseError,
 )
+from bq_platform.lib.warehouse.duckdb_layout import read_spec
 from bq_platform.lib.warehouse.duckdb_sql import _now, _rollback, _utc
 from bq_platform.lib.warehouse.schema import TableSpec
 
@@ -133,7 +134,7 @@ class DuckDBJobHistory:
         return status
 
     def _spec_or_none(self, con: duckdb.DuckDBPyConnection, table: str) -> TableSpec | None:
-        found = self._spec_in(con, table)
+        found = read_spec(con, table)
         return found[0] if found else None
 
     @staticmethod
