@@ -52,8 +52,8 @@ lint: install
 ## pictures (lake/reports) are served on http://127.0.0.1:$(REPORTS_PORT) for the UI to show
 REPORTS_PORT ?= 3001
 dev: install
-	mkdir -p $(DAGSTER_HOME) $(BQ_PLATFORM_HOME)/lake/reports
 	$(BIN)/bq-platform home
+	mkdir -p $(BQ_PLATFORM_HOME)/lake/reports
 	$(BIN)/python -m http.server $(REPORTS_PORT) --bind 127.0.0.1 \
 	  --directory $(BQ_PLATFORM_HOME)/lake/reports >/dev/null 2>&1 & \
 	  trap 'kill $$!' EXIT INT TERM; \

@@ -53,7 +53,7 @@ def _home() -> Path:
 def _ensure_dagster_home() -> Path:
     """Use ``$DAGSTER_HOME``, else ``<BQ_PLATFORM_HOME>/dagster_home``, with a dagster.yaml that
     has every block of :func:`bq_platform.instance.instance_blocks`, its event log in this
-    home (:func:`bq_platform.instance.follow_moved_home`; its line goes to stderr)."""
+    home (:func:`bq_platform.instance.prepare_home`; its line goes to stderr)."""
     from bq_platform.instance import dagster_home, prepare_home
 
     home = dagster_home(_home() / "dagster_home")

@@ -144,10 +144,11 @@ class Warehouse(abc.ABC):
         for spec in specs:
             rules.check_table_spec(spec)
             fingerprint = spec.fingerprint()
-            if seen.setdefault(spec.name, fingerprint) != fingerprint:
-                raise ValueError(f"two different specs of table {spec.name} in one call")
-            if spec in missing:
+            if spec.name in seen:
+                if seen[spec.name] != fingerprint:
+                    raise ValueError(f"two different specs of table {spec.name} in one call")
                 continue
+            seen[spec.name] = fingerprint
             cached = self._ensured.get(spec.name)
             if cached is not None and cached.fingerprint() == fingerprint:
                 continue

@@ -228,7 +228,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
 
     def _create_tables(self, specs: Sequence[TableSpec]) -> list[TableSpec]:
         """Create the missing tables in one transaction: a commit each cost ~4-9 ms, 0.3 s for
-        a step's 72 stage tables against ~0.05 s together (issue 9, docs/PERFORMANCE.md). If
+        a step's 72 stage tables against 0.05-0.09 s together (issue 9, docs/PERFORMANCE.md). If
         one of them exists by then, nothing is kept and each is created on its own
         (:meth:`Warehouse._create_tables`), which reports it."""
         if len(specs) < 2:
