@@ -8,7 +8,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.events import DagsterEventType, StepMaterializationData
+from dagster._core.events import (
+    AssetMaterializationPlannedData,
+    DagsterEventType,
+    StepMaterializationData,
+)
 
 from bq_platform.defs.check_events import PartitionCheck, report
 from bq_platform.event_log import BATCH_SIZE_ENV, BatchedSqliteEventLogStorage
@@ -345,3 +349,98 @@ def test_schema_questions_are_asked_once_per_storage_and_a_missing_table_again(
     assert asked == {"asset_event_tags": 1}
     tags = instance.event_log_storage.get_event_tags_for_asset(dg.AssetKey("first"))
     assert tags == [{"dagster/data_version": "v1"}] * 6  # written once the table "exists"
+
+
+def materialization(run_id: str, asset: str, hour: int, planned: bool = False) -> dg.EventLogEntry:
+    """A step's materialization of ``asset`` for one hour, or the run's planned event for it."""
+    key = f"2026-01-01-0{hour}:00"
+    if planned:
+        event = dg.DagsterEvent.build_asset_materialization_planned_event(
+            "hourly", None, AssetMaterializationPlannedData(dg.AssetKey(asset), partition=key)
+        )
+        return entry(run_id, event, at=hour)
+    kind = DagsterEventType.ASSET_MATERIALIZATION
+    data = StepMaterializationData(dg.AssetMaterialization(asset, partition=key))
+    event = dg.DagsterEvent(
+        event_type_value=kind.value, job_name="hourly", event_specific_data=data
+    )
+    return entry(run_id, event, at=10 + hour)
+
+
+def asset_rows(instance: dg.DagsterInstance) -> dict:
+    """Each asset's row as the UI reads it: last materialization's partition, last run, time."""
+    keys = [dg.AssetKey("first"), dg.AssetKey("second")]
+    return {
+        r.asset_entry.asset_key.to_user_string(): (
+            r.asset_entry.last_materialization
+            and r.asset_entry.last_materialization.dagster_event.partition,
+            r.asset_entry.last_run_id,
+            r.asset_entry.last_materialization_record
+            and r.asset_entry.last_materialization_record.timestamp,
+        )
+        for r in instance.get_asset_records(keys)
+    }
+
+
+def test_a_batch_writes_each_assets_row_once_per_event_type_as_dagster_ends_it(
+    tmp_path, monkeypatch
+):
+    batched = instance_in(tmp_path / "batched", plain=False)
+    plain = instance_in(tmp_path / "plain", plain=True)
+    writes: Counter = Counter()
+    store_asset_event = BatchedSqliteEventLogStorage._store_asset_event
+
+    def counting(self, conn, event, event_id):
+        writes[(event.dagster_event.asset_key.to_user_string(), event.dagster_event_type)] += 1
+        return store_asset_event(self, conn, event, event_id)
+
+    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_asset_event", counting)
+    planned = [
+        materialization("run-1", a, h, planned=True) for h in range(3) for a in ("first", "second")
+    ]
+    done = [materialization("run-1", a, h) for h in (2, 0, 1) for a in ("second", "first")]
+
+    for instance in (batched, plain):
+        instance.event_log_storage.store_event_batch(planned)
+        instance.event_log_storage.store_event_batch(done)
+
+    # 12 events, 4 asset rows written: one per asset and event type, from the last of each.
+    assert sum(writes.values()) == 4 and set(writes.values()) == {1}
+    assert asset_rows(batched) == asset_rows(plain)
+    assert asset_rows(batched)["first"][:2] == ("2026-01-01-01:00", "run-1")
+    for key in ("first", "second"):
+        asset = dg.AssetKey(key)
+        assert sorted(batched.get_materialized_partitions(asset)) == [
+            f"2026-01-01-0{h}:00" for h in range(3)
+        ]
+        ids = [r.storage_id for r in batched.fetch_materializations(asset, limit=10).records]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == 3  # each its own ID
+
+
+def test_each_database_keeps_one_engine_and_the_least_recent_are_let_go(tmp_path, monkeypatch):
+    import bq_platform.event_log as event_log
+
+    instance = instance_in(tmp_path / "home", plain=False)
+    storage = instance.event_log_storage
+    created: list[str] = []
+    create_engine = event_log.create_engine
+
+    def counting(url, **kwargs):
+        created.append(Path(str(url).removeprefix("sqlite:///")).stem)
+        return create_engine(url, **kwargs)
+
+    monkeypatch.setattr(event_log, "create_engine", counting)
+    runs = [f"run-{i}" for i in range(event_log.ENGINES_KEPT + 1)]
+    for _ in range(3):
+        storage.store_event(entry(runs[0], None))
+    assert created.count(runs[0]) == 1  # three transactions, one engine
+    for run_id in runs[1:]:
+        storage.store_event(entry(run_id, None))
+    storage.store_event(entry(runs[0], None))  # the least recent was let go: a new engine
+    assert created.count(runs[0]) == 2
+    assert [len(storage.get_logs_for_run(r)) for r in runs] == [4] + [1] * (len(runs) - 1)
+
+    instance.wipe()  # deletes the runs' databases: the next event creates one again
+    storage.store_event(entry(runs[0], None))
+    assert len(storage.get_logs_for_run(runs[0])) == 1
+    storage.dispose()
