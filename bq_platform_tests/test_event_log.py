@@ -444,3 +444,26 @@ def test_each_database_keeps_one_engine_and_the_least_recent_are_let_go(tmp_path
     storage.store_event(entry(runs[0], None))
     assert len(storage.get_logs_for_run(runs[0])) == 1
     storage.dispose()
+
+
+def test_a_transaction_leaves_the_connection_open_and_another_process_sees_its_events(tmp_path):
+    """A transaction's end no longer closes the database's last connection (on which SQLite
+    checkpoints and removes the WAL); what it committed is read by another instance at once,
+    and what that one writes is read here; dispose closes the connections."""
+    home = tmp_path / "home"
+    instance = instance_in(home, plain=False)
+    storage = instance.event_log_storage
+    wal = home / "history" / "runs" / "run-1.db-wal"
+
+    storage.store_event(entry("run-1", None))
+
+    assert wal.exists()  # the connection is kept: no checkpoint-on-close
+    other = dg.DagsterInstance.from_config(str(home))  # e.g. dagster dev's webserver
+    assert len(other.event_log_storage.get_logs_for_run("run-1")) == 1
+    other.event_log_storage.store_event(entry("run-1", None, at=1))
+    assert len(storage.get_logs_for_run("run-1")) == 2
+    other.event_log_storage.dispose()
+    storage.dispose()
+    assert not wal.exists()  # the last connection closed: checkpointed into run-1.db
+    reopened = dg.DagsterInstance.from_config(str(home))
+    assert len(reopened.event_log_storage.get_logs_for_run("run-1")) == 2
