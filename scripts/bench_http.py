@@ -220,10 +220,11 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
     warehouse.replace_audit_rows(hours, [r for c, f in counts for r in audit_records(c, f, run_id)])
     session.phase("stage loads")
     manifests = list(read_hour_manifests(day.gcs, hours).values())
+    by_kind = load_stage_hours(
+        warehouse, day.gcs, manifests, dict.fromkeys(KINDS, "stage"), run_id=run_id
+    )
     for kind in KINDS:
-        for result in load_stage_hours(
-            warehouse, day.gcs, manifests, kind, asset="stage", run_id=run_id
-        ):
+        for result in by_kind[kind]:
             if not result.matches:
                 raise RuntimeError(
                     f"{result.table}: {result.table_rows} rows, expected {result.expected_rows}"

@@ -22,7 +22,7 @@ the materialization of its partition.
 """
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -157,14 +157,15 @@ def check_events(
 
 def report(
     context: dg.AssetExecutionContext,
-    result: dg.MaterializeResult,
+    result: dg.MaterializeResult | Sequence[dg.MaterializeResult],
     checks: Iterable[PartitionCheck],
 ) -> Iterator[CheckedEvent]:
-    """The materialization, then :func:`check_events` for ``checks`` (return it from the asset).
+    """The materialization (or, from a multi-asset, one per asset, each with its
+    ``asset_key``), then :func:`check_events` for ``checks`` (return it from the asset).
 
     Raises:
         ValueError: see :func:`check_events`.
     """
     checks = list(checks)
-    yield result
+    yield from [result] if isinstance(result, dg.MaterializeResult) else result
     yield from check_events(context, checks)

@@ -35,19 +35,22 @@ def partition_results(
     context: dg.AssetExecutionContext,
     by_partition: Mapping[str, Mapping[str, Any]],
     step_totals: Mapping[str, Any],
+    asset_key: dg.AssetKey | None = None,
 ) -> dg.MaterializeResult:
-    """The step's ``MaterializeResult``: each partition of the run gets its metadata from
-    ``by_partition`` (none if missing), then the step's totals under :data:`STEP_TOTALS` (last,
-    so the UI shows the hour's own numbers first).
+    """The step's ``MaterializeResult`` of ``asset_key`` (default: the step's only asset):
+    each partition of the run gets its metadata from ``by_partition`` (none if missing), then
+    the step's totals under :data:`STEP_TOTALS` (last, so the UI shows the hour's own numbers
+    first).
 
     Raises:
-        dagster.DagsterInvariantViolationError: if a key is not a partition of this run.
+        dagster.DagsterInvariantViolationError: if a key is not a partition of this run, or
+            ``asset_key`` is None in a step of several assets.
     """
     totals = dg.MetadataValue.json(dict(step_totals))
     for partition in {*context.partition_keys, *by_partition}:
         metadata = {**by_partition.get(partition, {}), STEP_TOTALS: totals}
-        context.add_asset_metadata(metadata, partition_key=partition)
-    return dg.MaterializeResult()
+        context.add_asset_metadata(metadata, asset_key=asset_key, partition_key=partition)
+    return dg.MaterializeResult(asset_key=asset_key)
 
 
 def bigquery_job_url(project: str, location: str, job_id: str) -> str:

@@ -39,6 +39,9 @@ from bq_platform.lib.warehouse.base import Warehouse
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
 
+#: Dagster pool (concurrency key) of every step that runs warehouse jobs: ``dagster.yaml`` or
+#: the deployment limits how many such steps run at once.
+WAREHOUSE_POOL = "warehouse"
 LOCAL_VISITOR_KEY = "bq-platform-local-development-key"  # never used when BQ_PLATFORM_ENV=prod
 
 

@@ -195,36 +195,47 @@ def load_stage_hours(
     warehouse: Warehouse,
     store: ObjectStore,
     manifests: Sequence[HourManifest],
-    kind: str,
+    assets: Mapping[str, str],
     *,
-    asset: str,
     run_id: str,
     budget: JobBudget | None = None,
     log: logging.Logger | None = None,
-) -> list[StageResult]:
-    """Load each hour's ``kind`` Parquet files into its stage table, at most once per content.
+) -> dict[str, list[StageResult]]:
+    """Load each hour's Parquet files of each kind into its stage table, at most once per
+    content. ``assets`` maps each kind (``full``, ``sample``) to the asset its jobs' labels
+    name.
 
-    One load job per hour; all of them are submitted before any is waited for
-    (:func:`run_plans`). Returns one :class:`StageResult` per manifest, in order.
+    One load job per hour and kind. Every job is submitted before any is waited for
+    (:func:`run_plans`), in the order of ``assets``, so one step's small sample loads run
+    beside its full ones (issue 9).
+
+    Returns:
+        kind -> one :class:`StageResult` per manifest, in order.
 
     Raises:
-        JobFailedError: if a load job fails (bad Parquet, schema drift); the other hours'
-            jobs are waited for and recorded first.
+        JobFailedError: if a load job fails (bad Parquet, schema drift); the other jobs are
+            waited for and recorded first.
         QuotaBudgetExceededError: if a stage table's daily budget is spent.
         RuleViolation: if BigQuery would refuse a table or a job.
     """
-    plans = [stage_load_plan(store, m, kind, asset=asset, run_id=run_id) for m in manifests]
-    outcomes = run_plans(warehouse, plans, budget=budget, log=log)
-    return [
-        StageResult(
-            hour=manifest.hour,
-            table=plan.spec.name,
-            outcome=outcome,
-            table_rows=warehouse.table_rows(plan.spec.name),
-            expected_rows=expected_rows(manifest, kind),
-        )
-        for manifest, plan, outcome in zip(manifests, plans, outcomes, strict=True)
+    planned = [
+        (kind, manifest, stage_load_plan(store, manifest, kind, asset=asset, run_id=run_id))
+        for kind, asset in assets.items()
+        for manifest in manifests
     ]
+    outcomes = run_plans(warehouse, [plan for *_, plan in planned], budget=budget, log=log)
+    results: dict[str, list[StageResult]] = {kind: [] for kind in assets}
+    for (kind, manifest, plan), outcome in zip(planned, outcomes, strict=True):
+        results[kind].append(
+            StageResult(
+                hour=manifest.hour,
+                table=plan.spec.name,
+                outcome=outcome,
+                table_rows=warehouse.table_rows(plan.spec.name),
+                expected_rows=expected_rows(manifest, kind),
+            )
+        )
+    return results
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,6 +74,6 @@ def test_every_asset_with_a_retry_policy_fails_fast():
     ]
     assert len(retried) >= 6  # the Spark build, stage, audit and published tables
     for assets_def in retried:
-        key = assets_def.key
+        key = assets_def.op.name
         fn = assets_def.op.compute_fn.decorated_fn
         assert getattr(fn, "__wrapped__", None) is not None, f"{key} is not @fail_fast"

@@ -135,9 +135,11 @@ def test_whole_day_on_the_emulators(
     warehouse.replace_audit_rows(hours, audit)
     manifests = [read_hour_manifest(gcs, hour) for hour in hours]
     assert manifests == [uploaded[hour] for hour in hours]
+    by_kind = load_stage_hours(
+        warehouse, gcs, manifests, dict.fromkeys(KINDS, "stage"), run_id="r1"
+    )
     for kind in KINDS:
-        results = load_stage_hours(warehouse, gcs, manifests, kind, asset="stage", run_id="r1")
-        for manifest, result in zip(manifests, results, strict=True):
+        for manifest, result in zip(manifests, by_kind[kind], strict=True):
             assert result.outcome.action == "submitted" and result.matches
             assert result.table_rows == result.outcome.rows == expected_rows(manifest, kind)
 

@@ -250,11 +250,9 @@ def test_hourly_path_on_the_emulators_passes_the_hourly_checks(
     warehouse = make_warehouse(session)
     manifests = [read_hour_manifest(gcs_store, hour) for hour in HOURS]
     assert None not in manifests
+    by_kind = load_stage_hours(warehouse, gcs_store, manifests, ASSET, run_id=RUN_ID)  # one step
     for kind in KINDS:
-        results = load_stage_hours(
-            warehouse, gcs_store, manifests, kind, asset=ASSET[kind], run_id=RUN_ID
-        )
-        for hour, manifest, result in zip(HOURS, manifests, results, strict=True):
+        for hour, manifest, result in zip(HOURS, manifests, by_kind[kind], strict=True):
             table = stage_spec(kind, hour).name
             want_id = job_id("load", table, hour_partition(hour), manifest.fingerprint)
             assert (result.table, result.outcome.action) == (table, "submitted")
@@ -326,11 +324,9 @@ def test_hourly_path_on_the_emulators_passes_the_hourly_checks(
     # A re-run (a new run, same manifests) submits no job and finds the same rows.
     rerun_session = RecordingSession()
     rerun = make_warehouse(rerun_session)
+    by_kind = load_stage_hours(rerun, gcs_store, manifests, ASSET, run_id="run-e2e-0002")
     for kind in KINDS:
-        results = load_stage_hours(
-            rerun, gcs_store, manifests, kind, asset=ASSET[kind], run_id="run-e2e-0002"
-        )
-        for hour, manifest, again in zip(HOURS, manifests, results, strict=True):
+        for hour, manifest, again in zip(HOURS, manifests, by_kind[kind], strict=True):
             table = stage_spec(kind, hour).name
             assert again.outcome.action == "skipped"
             assert again.outcome.job_id == job_id(
@@ -359,9 +355,7 @@ def test_emulator_still_reads_key_value_folders_as_columns(
     warehouse = make_warehouse(RecordingSession())
     columns = len(stage_spec("full", hour).columns)
     with pytest.raises(JobFailedError, match=f"{columns} columns but {columns + 2} values") as info:
-        load_stage_hours(
-            warehouse, gcs_store, [manifest], "full", asset=ASSET["full"], run_id=RUN_ID
-        )
+        load_stage_hours(warehouse, gcs_store, [manifest], {"full": ASSET["full"]}, run_id=RUN_ID)
     assert info.value.status.error_reason == "invalid"  # + attempt, hour: the two folder keys
 
 

@@ -9,11 +9,8 @@ import pyarrow.parquet as pq
 
 from bq_platform.defs.pageviews.assets import pageview_files
 from bq_platform.defs.resources import build_resources
-from bq_platform.defs.warehouse.assets import (
-    pageviews_audit,
-    pageviews_sample_stage,
-    pageviews_stage,
-)
+from bq_platform.defs.warehouse.assets import pageviews_audit
+from bq_platform.defs.warehouse.stage import stage_tables
 from bq_platform.lib.accounting import row_balanced
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.layout import DEADLETTER_PREFIX, landed_manifest_key
@@ -44,7 +41,7 @@ def test_one_hour_materializes_with_passing_blocking_checks(local_env, access_lo
     hour = dt.datetime(1995, 8, 1, 5, tzinfo=UTC)
 
     result = dg.materialize(
-        [pageview_files, pageviews_stage, pageviews_sample_stage, pageviews_audit],
+        [pageview_files, stage_tables, pageviews_audit],
         partition_key="1995-08-01T05",
         resources=build_resources("local"),
         instance=local_env.instance,

@@ -5,10 +5,10 @@ import time
 
 import dagster as dg
 
-from bq_platform.defs.check_events import PartitionCheck, comparison, report
+from bq_platform.defs.check_events import PartitionCheck, comparison
 from bq_platform.defs.daily import DayReport, report_days
 from bq_platform.defs.errors import fail_fast
-from bq_platform.defs.metadata import OWNERS, job_link, job_links_markdown, partition_results
+from bq_platform.defs.metadata import OWNERS, job_links_markdown, partition_results
 from bq_platform.defs.pageviews.assets import HOURLY_BACKFILL, HOURLY_RETRY, pageview_files
 from bq_platform.defs.partitions import (
     daily_partitions,
@@ -16,36 +16,32 @@ from bq_platform.defs.partitions import (
     partition_days,
     partition_hours,
 )
-from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
+from bq_platform.defs.resources import (
+    WAREHOUSE_POOL,
+    ObjectStoreResource,
+    PipelineSettings,
+    WarehouseResource,
+)
+from bq_platform.defs.warehouse.stage import STAGE_KEYS
 from bq_platform.lib.accounting import audit_records
 from bq_platform.lib.hours import hour_label
-from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes, stage_files
+from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish import (
     REJECTED_SHARE_PROBLEM,
     DayCompleteness,
     day_completeness,
-    load_stage_hours,
     publish_days,
 )
 from bq_platform.lib.sampling_check import sample_ratio
 
-STAGE_CHECK = "stage_matches_manifest"
 DAY_CHECK = "day_equals_sum_of_hours"
 SAMPLE_CHECK = "sample_ratio"
-WAREHOUSE_POOL = "warehouse"
 #: Retry policy of the daily warehouse steps (transient faults; defs/errors.py fails the rest).
 DAILY_RETRY = dg.RetryPolicy(
     max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
 
-_STAGE_DOCS = {
-    "full": "One table per UTC hour (pageviews_stage_YYYYMMDDHH) holding exactly the pageviews "
-    "of that hour, replaced by a WRITE_TRUNCATE load job whose ID is built from the hour's "
-    "content fingerprint: re-running an unchanged hour submits no job. Expires after 7 days.",
-    "sample": "One table per UTC hour (pageviews_sample_stage_YYYYMMDDHH) with the 1-in-200 "
-    "visitor sample of that hour, loaded like pageviews_stage.",
-}
 _PUBLISHED_DOCS = {
     "full": "Pageviews, one row per page request, in day partitions on event_date (UTC), "
     "clustered by site. Each day is published once per content by a single WRITE_TRUNCATE "
@@ -64,124 +60,6 @@ class PublishConfig(dg.Config):
     """Publish hours whose rejected share is above ``BQ_PLATFORM_MAX_REJECTED_SHARE`` (their
     well-formed lines are published; the rejects stay in the dead letters). Operator's decision
     (``bq-platform run --allow-rejected``)."""
-
-
-def _stage_asset(kind: str) -> dg.AssetsDefinition:
-    name = "pageviews_stage" if kind == "full" else "pageviews_sample_stage"
-    key = ["warehouse", name]
-
-    @dg.asset(
-        key_prefix="warehouse",
-        name=name,
-        deps=[pageview_files],
-        partitions_def=hourly_partitions,
-        backfill_policy=HOURLY_BACKFILL,
-        retry_policy=HOURLY_RETRY,
-        group_name="warehouse",
-        owners=OWNERS,
-        kinds={"bigquery", "table"},
-        pool=WAREHOUSE_POOL,
-        description=_STAGE_DOCS[kind],
-        check_specs=[
-            dg.AssetCheckSpec(
-                STAGE_CHECK,
-                asset=key,
-                blocking=True,
-                partitions_def=hourly_partitions,
-                description="Each hour's stage table holds exactly the rows its manifest names.",
-            )
-        ],
-    )
-    @fail_fast
-    def stage(
-        context: dg.AssetExecutionContext,
-        object_store: ObjectStoreResource,
-        warehouse: WarehouseResource,
-        settings: PipelineSettings,
-    ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
-        store, wh = object_store.get_store(), warehouse.get_warehouse()
-        started = time.monotonic()
-        manifests, missing = [], []
-        for hour, manifest in read_hour_manifests(store, partition_hours(context)).items():
-            if manifest is None:
-                missing.append(hour_label(hour))
-            else:
-                manifests.append(manifest)
-        results = load_stage_hours(
-            wh,
-            store,
-            manifests,
-            kind,
-            asset=name,
-            run_id=context.run_id,
-            budget=settings.budget(),
-            log=context.log,
-        )
-        if missing:
-            raise dg.Failure(
-                f"hours {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''} have no "
-                "hour manifest: materialize lake/pageview_files for them first",
-            )
-        actions = [r.outcome.action for r in results]
-        rows, seconds = sum(r.table_rows or 0 for r in results), time.monotonic() - started
-        # One line per step: each context.log line is an event (the per-job lines go to
-        # bq_platform.lib.jobs's logger; adoptions and failures still come here).
-        context.log.info(
-            "%s: %d hours, %d rows; jobs %d submitted, %d skipped, %d adopted; %.1f s",
-            name,
-            len(results),
-            rows,
-            actions.count("submitted"),
-            actions.count("skipped"),
-            actions.count("adopted"),
-            seconds,
-        )
-        by_hour = {}
-        for r, manifest in zip(results, manifests, strict=True):
-            files = stage_files(manifest, kind)
-            by_hour[hour_label(r.hour)] = {
-                "table": r.table,
-                "rows": r.table_rows or 0,
-                "expected_rows": r.expected_rows,
-                "files": len(files),
-                "bytes": stage_bytes(store, manifest, kind),
-                "job_id": job_link(warehouse, r.outcome.job_id),
-                "job_action": r.outcome.action,
-            }
-        result = partition_results(
-            context,
-            by_hour,
-            {
-                "hours": len(results),
-                "rows": rows,
-                "files": sum(h["files"] for h in by_hour.values()),
-                "bytes": sum(h["bytes"] for h in by_hour.values()),
-                "jobs_submitted": actions.count("submitted"),
-                "jobs_adopted": actions.count("adopted"),
-                "jobs_skipped": actions.count("skipped"),
-                "duration_seconds": round(seconds, 2),
-            },
-        )
-        checks = [
-            PartitionCheck(
-                check_name=STAGE_CHECK,
-                partition=hour_label(r.hour),
-                passed=r.matches,
-                description=f"{r.table}: {r.table_rows} rows, its manifest names {r.expected_rows}"
-                + ("" if r.matches else "; re-run this hour's stage load"),
-                metadata=comparison(
-                    r.expected_rows, r.table_rows or 0, table=r.table, job_id=r.outcome.job_id
-                ),
-            )
-            for r in results
-        ]
-        return report(context, result, checks)
-
-    return stage
-
-
-pageviews_stage = _stage_asset("full")
-pageviews_sample_stage = _stage_asset("sample")
 
 
 @dg.asset(
@@ -241,7 +119,7 @@ def _audit_summary(rows: list[dict]) -> dict[str, int]:
 
 def _published_asset(kind: str) -> dg.AssetsDefinition:
     name = "pageviews" if kind == "full" else "pageviews_sample"
-    stage_key = pageviews_stage.key if kind == "full" else pageviews_sample_stage.key
+    stage_key = STAGE_KEYS[kind]
     key = ["warehouse", name]
     checks = [
         dg.AssetCheckSpec(

@@ -11,8 +11,13 @@ from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.metadata import OWNERS, job_links_markdown
 from bq_platform.defs.pageviews.assets import pageview_files
 from bq_platform.defs.partitions import daily_partitions
-from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
-from bq_platform.defs.warehouse.assets import DAILY_RETRY, WAREHOUSE_POOL
+from bq_platform.defs.resources import (
+    WAREHOUSE_POOL,
+    ObjectStoreResource,
+    PipelineSettings,
+    WarehouseResource,
+)
+from bq_platform.defs.warehouse.assets import DAILY_RETRY
 from bq_platform.lib.publish_deadletters import load_day_deadletters
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE
 
