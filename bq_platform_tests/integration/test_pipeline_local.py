@@ -63,6 +63,23 @@ def test_one_hour_materializes_with_passing_blocking_checks(local_env, access_lo
     stage_rows = local_env.query("SELECT count(*) AS n FROM pageviews_stage_1995080105")[0]["n"]
     assert stage_rows == row["pageviews"] > 0
 
+    # One stage table alone (the step loads both, or the one a run selects): only its asset
+    # and check are reported, and its unchanged hour submits no job.
+    sample_key = dg.AssetKey(["warehouse", "pageviews_sample_stage"])
+    again = dg.materialize(
+        [stage_tables],
+        selection=[sample_key],
+        partition_key="1995-08-01T05",
+        resources=build_resources("local"),
+        instance=local_env.instance,
+    )
+    assert again.success
+    (materialization,) = again.get_asset_materialization_events()
+    assert materialization.asset_key == sample_key
+    (evaluation,) = again.get_asset_check_evaluations()
+    assert (evaluation.asset_key, evaluation.passed) == (sample_key, True)
+    assert materialization.materialization.metadata["job_action"].value == "skipped"
+
 
 def test_real_logs_day_publishes_and_rerun_changes_nothing(local_env, access_logs):
     (path,) = (access_logs / NASA).glob("*.gz")
