@@ -148,8 +148,7 @@ class BigQueryWarehouseResource(WarehouseResource):
 class SparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy session resource (the session is made on the first use of
     ``spark_session``), started in the background when a run sets it up, bound to loopback
-    when the master is local; a local session's planner is warmed once, beside the run
-    (:func:`~bq_platform.lib.build_warmup.warm_up_once`).
+    when the master is local.
 
     So a run's resource set-up does not wait for the JVM: the build step lists and checks the
     landing zone while it starts, and waits for the session at its first use of
@@ -183,27 +182,25 @@ class SparkResource(LazyPySparkResource):
         run`` starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9)
         runs while Dagster creates the run and writes its planned events; a run's
         :meth:`setup_for_execution` starts it too (a run launched from the UI, a schedule or a
-        sensor: a new process), and a second start of a started session only finds it. With a
-        local master the thread then warms the new JVM's planner
-        (:func:`~bq_platform.lib.build_warmup.warm_up_once`). A failure here is only logged at
-        DEBUG: the step's first use of ``spark_session`` fails the same way and reports it,
-        once.
+        sensor: a new process), and a second start of a started session only finds it. A
+        failure here is only logged at DEBUG: the step's first use of ``spark_session`` fails
+        the same way and reports it, once.
+
+        Nothing else runs on the new JVM meanwhile: a planning warm-up on this thread (a tiny
+        build pass planned once the session was up) made whole 1x runs slower once the build
+        itself waits for the session, 63.6 against 61.4 s on average over seven pairs (issue
+        9, docs/PERFORMANCE.md, "No planning warm-up beside the build").
 
         Returns:
-            The started thread (it ends when the session is up and, local, warmed; or has
-            failed).
+            The started thread (it ends when the session is up or has failed).
         """
         self.prepare_environment()
-        local = self.is_local
 
         def start() -> None:
             try:
-                session = spark_session_from_config(self.spark_config)
+                spark_session_from_config(self.spark_config)
             except Exception:  # the run reports it (see above)
                 logging.getLogger(__name__).debug("Spark pre-start failed", exc_info=True)
-                return
-            if local:
-                _warm_up(session)
 
         thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
         thread.start()
@@ -211,14 +208,6 @@ class SparkResource(LazyPySparkResource):
             target=import_pyspark_converters, name="spark-prestart-imports", daemon=True
         ).start()
         return thread
-
-
-def _warm_up(session: Any) -> None:
-    """:func:`~bq_platform.lib.build_warmup.warm_up_once` on ``session``, imported here, on the
-    calling (background) thread: off the run's critical path."""
-    from bq_platform.lib.build_warmup import warm_up_once
-
-    warm_up_once(session)
 
 
 def import_pyspark_converters() -> None:

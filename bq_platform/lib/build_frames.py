@@ -102,7 +102,7 @@ def file_counts(rows: DataFrame) -> DataFrame:
     :data:`~bq_platform.lib.transform.CATEGORIES` (``page``, ``non_page``, ``rejected``,
     ``out_of_window``); ``sample_rows`` (pages of sampled visitors); and
     :func:`rejected_counts`. All counts are lines (BIGINT). The build's first action, which
-    also fills its cache; :mod:`bq_platform.lib.build_warmup` plans the same aggregation.
+    also fills its cache.
     """
     category = F.col("category")
     return rows.groupBy("file_no").agg(

@@ -14,8 +14,8 @@ and come back joined by Hadoop's ``org.apache.hadoop.util.StringUtils.join(CharS
 String[])`` (py4j only matches a ``String[]`` argument to a method declared with exactly that
 type). A path containing ``\\n`` (no landed key can: :mod:`bq_platform.lib.layout`) takes
 PySpark's own conversion. These use PySpark's private ``_jreader``, ``_df`` and ``_jdf``
-(pyspark 4.x classic, ``pyspark/sql/readwriter.py`` and ``dataframe.py``), as
-:mod:`bq_platform.lib.build_warmup` does; the build's tests read through them on every run.
+(pyspark 4.x classic, ``pyspark/sql/readwriter.py`` and ``dataframe.py``); the build's tests
+read through them on every run.
 """
 
 from collections.abc import Sequence

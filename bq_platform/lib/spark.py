@@ -41,9 +41,8 @@ LOCAL_JIT_THRESHOLDS = "-XX:CompileThresholdScaling=4"
 #: performance overhead because of the stack trace collection"; SPARK-51242 measured Column
 #: operations 2.5x faster without it. The build's frames (transform, slim rows, per-file
 #: counts) took 5,112 / 5,420 / 4,911 round trips with it and 2,297 / 2,168 / 2,244 without,
-#: on the driver's critical path of every pass and of the planning warm-up (issue 9,
-#: docs/PERFORMANCE.md). The transform never raises (``try_*`` functions), so the context it
-#: would add to errors is not missed.
+#: on the driver's critical path of every pass (issue 9, docs/PERFORMANCE.md). The transform
+#: never raises (``try_*`` functions), so the context it would add to errors is not missed.
 DATAFRAME_DEBUGGING = ("spark.python.sql.dataFrameDebugging.enabled", "false")
 
 
