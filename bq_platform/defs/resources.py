@@ -42,7 +42,6 @@ R = TypeVar("R", bound=dg.ConfigurableResource)
 #: Dagster pool (concurrency key) of every step that runs warehouse jobs: ``dagster.yaml`` or
 #: the deployment limits how many such steps run at once.
 WAREHOUSE_POOL = "warehouse"
-LOCAL_VISITOR_KEY = "bq-platform-local-development-key"  # never used when BQ_PLATFORM_ENV=prod
 
 
 class ObjectStoreResource(dg.ConfigurableResource, abc.ABC):
@@ -289,7 +288,7 @@ def build_resources(env: str) -> dict[str, Any]:
                 spark_config=spark_config(os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]"))
             ),
             "settings": PipelineSettings(
-                visitor_key=os.environ.get("BQ_PLATFORM_VISITOR_KEY") or LOCAL_VISITOR_KEY,
+                visitor_key=environment.visitor_key("local"),
                 **environment.pipeline_settings("local"),
             ),
         }

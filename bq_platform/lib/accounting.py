@@ -20,7 +20,12 @@ The rule comes from DESIGN.md ("Accounting identity"); the audit table stores on
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from bq_platform.lib.hours import hour_label
+
+if TYPE_CHECKING:  # manifest.py imports this module
+    from bq_platform.lib.manifest import HourManifest
 
 #: Longest raw sample line a manifest keeps (characters); the UI shows fewer.
 MAX_SAMPLE_CHARS = 1000
@@ -154,3 +159,27 @@ def row_balanced(row: Mapping[str, Any]) -> bool:
 def unbalanced(counts: Iterable[SiteHourCounts]) -> list[SiteHourCounts]:
     """The (site, hour) counts for which the identity does not hold."""
     return [c for c in counts if not c.balanced]
+
+
+def accounting_problems(manifest: "HourManifest") -> list[str]:
+    """What does not add up in one hour: unbalanced sites, landed files whose line count
+    differs from their manifest, and data files without a manifest (an incomplete delivery,
+    issue 7), one line each, naming the site or the file."""
+    label = hour_label(manifest.hour)
+    return (
+        [
+            f"{c.site} {label}: source_lines {c.source_lines} != accounted {c.accounted}"
+            for c in manifest.counts
+            if not c.balanced
+        ]
+        + [
+            f"{m['data_key']}: manifest says {m['manifest_lines']} lines, "
+            f"file has {m['lines_read']}"
+            for m in manifest.file_mismatches
+        ]
+        + [
+            f"{key}: data file without a manifest (incomplete delivery: its lines are not counted; "
+            "have the producer write the manifest, or land the file again)"
+            for key in manifest.orphan_files
+        ]
+    )

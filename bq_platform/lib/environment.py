@@ -10,7 +10,9 @@ and by the commands that need no Dagster at all (``bq-platform land`` / ``land-t
 - :func:`object_store`: the lake of an environment (a folder under the local home, or the GCS
   bucket ``BQ_PLATFORM_BUCKET`` of project ``BQ_PLATFORM_GCP_PROJECT``);
 - :func:`pipeline_settings`: the pipeline's whole numbers, rejected-share limit and reports URL,
-  validated (the fields of ``defs/resources.PipelineSettings``).
+  validated (the fields of ``defs/resources.PipelineSettings``);
+- :func:`visitor_key`: ``BQ_PLATFORM_VISITOR_KEY``, the visitor-ID key (a fixed development key
+  when unset locally; required in production).
 
 Why not through the Dagster resources: ``land-tree`` imported ``dagster`` in its process for
 the partitions' first hour (0.97 s, ``python -X importtime``) and ``defs/resources.py`` in each
@@ -32,6 +34,9 @@ from bq_platform.lib.objectstore.base import ObjectStore
 ENVIRONMENTS: tuple[str, ...] = ("local", "prod")
 #: The first hourly partition of the bundled logs (the default of ``BQ_PLATFORM_FIRST_HOUR``).
 DEFAULT_FIRST_HOUR = "1995-08-01T00"
+#: The visitor-ID key of the local environment when ``BQ_PLATFORM_VISITOR_KEY`` is unset; never
+#: used when ``BQ_PLATFORM_ENV=prod`` (:func:`visitor_key`).
+LOCAL_VISITOR_KEY = "bq-platform-local-development-key"
 #: The production lake's variables: GCP project, then bucket (``defs/resources.py`` names the
 #: same two in its ``dg.EnvVar`` fields; ``test_environment.py`` compares the stores).
 _GCS_VARIABLES: tuple[str, str] = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET")
@@ -103,6 +108,27 @@ def object_store(env: str) -> ObjectStore:
 
         project, bucket = (os.environ[name] for name in _GCS_VARIABLES)
         return GCSObjectStore(bucket, storage_client(project))
+    raise unknown_environment(env)
+
+
+def visitor_key(env: str) -> str:
+    """The key of the visitor-ID HMAC (:mod:`bq_platform.lib.pseudonymize`):
+    ``BQ_PLATFORM_VISITOR_KEY``, or locally :data:`LOCAL_VISITOR_KEY` when it is unset or empty.
+
+    Raises:
+        ValueError: if ``env`` is ``prod`` and the variable is unset or empty (a production
+            build must never key visitors with the development key), or ``env`` is unknown.
+    """
+    key = os.environ.get("BQ_PLATFORM_VISITOR_KEY")
+    if env == "local":
+        return key or LOCAL_VISITOR_KEY
+    if env == "prod":
+        if not key:
+            raise ValueError(
+                "BQ_PLATFORM_ENV=prod: set BQ_PLATFORM_VISITOR_KEY (README, 'Running on Google "
+                "Cloud')"
+            )
+        return key
     raise unknown_environment(env)
 
 

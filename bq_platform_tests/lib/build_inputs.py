@@ -11,6 +11,8 @@ import gzip
 import hashlib
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from bq_platform.lib import layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.manifest import LandedManifest
@@ -105,3 +107,13 @@ def real_lines(access_logs: Path) -> dict[tuple[str, dt.datetime], list[bytes]]:
             assert ts is not None
             out[(site, ts.replace(minute=0, second=0))].append(raw)
     return out
+
+
+def parquet_rows(store: LocalObjectStore, keys: tuple[str, ...]) -> list[tuple]:
+    """Every row of the Parquet files ``keys``, each as sorted ``(column, str(value))`` pairs,
+    sorted: two builds' outputs compare equal whatever their files' split and row order."""
+    rows = []
+    for key in keys:
+        for row in pq.read_table(store.uri(key)).to_pylist():
+            rows.append(tuple(sorted((k, str(v)) for k, v in row.items())))
+    return sorted(rows)

@@ -3,13 +3,16 @@
 A master and two workers (1 core, 1 GiB each) are started from the pyspark distribution on
 loopback (``$SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master`` / ``...Worker``:
 the pip wheel has no ``sbin/start-master.sh``), and always stopped at the end. A slice of the
-real logs (four hours of each site) is landed once; then the same build runs in two fresh
-processes (``cluster_build.py``), one on ``local[2]``, one on ``spark://127.0.0.1:<port>``
-with two executors, each under its own attempt. The manifests' counts and fingerprints and the
-Parquet contents (full, sample, dead letters; rows sorted) must be identical.
+real logs (four hours of each site) is landed once; then the production entry point,
+``spark-submit bq_platform/spark_apps/build_hours.py`` (:mod:`bq_platform.lib.build_job`), builds
+them twice, once with ``--master local[2]``, once with ``--master spark://127.0.0.1:<port>``
+and two executors, each under its own attempt. The manifests' counts and fingerprints and the
+Parquet contents (full, sample, dead letters; rows sorted) must be identical, and each worker
+must have run an executor of the cluster build.
 """
 
 import collections
+import datetime as dt
 import json
 import os
 import signal
@@ -20,18 +23,27 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
-from bq_platform.lib import layout
+from bq_platform.lib import build_job, layout
+from bq_platform.lib.hours import parse_hour_label
 from bq_platform.lib.landing import land_files
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform_tests.lib.build_inputs import parquet_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-REPO = Path(__file__).resolve().parents[2]
+APP = Path(build_job.__file__).parents[1] / "spark_apps" / "build_hours.py"
 KEY = "cluster-test-key"
+#: Executor settings that fit two small workers (1 core, 1 GiB each) on a shared machine.
+CLUSTER_CONF = {
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
 HOURS_PER_SITE = 4
 _START_TIMEOUT_S = 180
 _BUILD_TIMEOUT_S = 900
@@ -66,8 +78,9 @@ def _wait_for(log: Path, text: str, count: int, procs: list[subprocess.Popen]) -
 
 
 @pytest.fixture(scope="module")
-def standalone_master(tmp_path_factory) -> Iterator[str]:
-    """``spark://127.0.0.1:<port>`` of a running master with two registered workers."""
+def standalone_master(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """``spark://127.0.0.1:<port>`` of a running master with two registered workers, and the
+    folder of their logs and work directories (``work-1``, ``work-2``)."""
     spark_class = _spark_class()
     tmp = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp)}
@@ -115,7 +128,7 @@ def standalone_master(tmp_path_factory) -> Iterator[str]:
                 ],
             )
         _wait_for(master_log, "Registering worker", 2, procs)
-        yield url
+        yield url, tmp
     finally:
         for proc in procs:  # always: the whole process group of each daemon
             if proc.poll() is None:
@@ -132,8 +145,10 @@ def standalone_master(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def landed(access_logs, tmp_path_factory) -> tuple[LocalObjectStore, list[str]]:
-    """The real logs landed; the first hours of each site, as ``YYYY-MM-DDTHH`` labels."""
-    store = LocalObjectStore(tmp_path_factory.mktemp("lake"))
+    """The real logs landed in a local home's lake; the first hours of each site, as
+    ``YYYY-MM-DDTHH`` labels."""
+    home = tmp_path_factory.mktemp("home")
+    store = LocalObjectStore(home / "lake")
     hours = []
     for site_dir in sorted(p for p in access_logs.iterdir() if p.is_dir()):
         files = land_files(store, site_dir.name, sorted(site_dir.glob("*.log.gz")))
@@ -142,32 +157,57 @@ def landed(access_logs, tmp_path_factory) -> tuple[LocalObjectStore, list[str]]:
 
 
 def _build(master: str, store: LocalObjectStore, attempt: str, hours: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "bq_platform_tests.lib.cluster_build", master]
-    cmd += [str(store.root), attempt, KEY, *hours]
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(
-        cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    out["manifests"] = [HourManifest.from_json(m) for m in out["manifests"]]
-    return out
+    """``spark-submit`` the build of ``hours`` (each a separate run of ``first`` .. ``first``:
+    the slice's hours are not contiguous) and return its summary and the hour manifests."""
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    conf = {"spark.ui.enabled": "false"}
+    if master.startswith("spark://"):
+        conf |= CLUSTER_CONF | {"spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods"}
+    env = {
+        **os.environ,
+        "BQ_PLATFORM_ENV": "local",
+        "BQ_PLATFORM_HOME": str(Path(store.root).parent),
+        "BQ_PLATFORM_VISITOR_KEY": KEY,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    summaries = []
+    for first, last in _runs(hours):
+        cmd = [str(spark_submit), "--master", master]
+        cmd += [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+        cmd += [str(APP), first, last, "--attempt-id", attempt]
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+        summaries.append(json.loads(done.stdout.strip().splitlines()[-1]))  # the last line
+    manifests = [
+        HourManifest.from_json(store.read_text(layout.hour_manifest_key(parse_hour_label(h))))
+        for h in hours
+    ]
+    return {"summaries": summaries, "manifests": manifests}
 
 
-def _rows(store: LocalObjectStore, keys: tuple[str, ...]) -> list[tuple]:
-    rows = []
-    for key in keys:
-        for row in pq.read_table(store.uri(key)).to_pylist():
-            rows.append(tuple(sorted((k, str(v)) for k, v in row.items())))
-    return sorted(rows)
+def _runs(hours: list[str]) -> list[tuple[str, str]]:
+    """``hours`` (sorted labels) as runs of consecutive hours, ``(first, last)`` each."""
+    runs: list[list[str]] = []
+    for label in hours:
+        hour = parse_hour_label(label)
+        if runs and parse_hour_label(runs[-1][-1]) + dt.timedelta(hours=1) == hour:
+            runs[-1].append(label)
+        else:
+            runs.append([label])
+    return [(run[0], run[-1]) for run in runs]
 
 
 def test_standalone_cluster_build_equals_local(standalone_master, landed) -> None:
+    url, cluster_dir = standalone_master
     store, hours = landed
     local = _build("local[2]", store, "local", hours)
-    cluster = _build(standalone_master, store, "cluster", hours)
-    assert local["executors"] == 1  # the driver only
-    assert cluster["executors"] == 3  # the driver and one executor per worker
+    cluster = _build(url, store, "cluster", hours)
+    for worker in ("work-1", "work-2"):  # each worker ran an executor of the cluster build
+        assert list((cluster_dir / worker).glob("app-*/*/stderr")), worker
+    assert sum(s["rows"] for s in cluster["summaries"]) == sum(m.rows for m in cluster["manifests"])
     by_hour = collections.defaultdict(dict)
     for name, result in (("local", local), ("cluster", cluster)):
         for manifest in result["manifests"]:
@@ -181,7 +221,9 @@ def test_standalone_cluster_build_equals_local(standalone_master, landed) -> Non
         assert a.file_mismatches == b.file_mismatches == ()
         assert all(c.balanced for c in a.counts)
         for files in ("full_files", "sample_files", "deadletter_files"):
-            assert _rows(store, getattr(a, files)) == _rows(store, getattr(b, files)), (hour, files)
+            assert parquet_rows(store, getattr(a, files)) == parquet_rows(
+                store, getattr(b, files)
+            ), (hour, files)
         total += a.rows
         assert all("attempt=cluster/" in k for k in b.full_files)
     assert total > 1000

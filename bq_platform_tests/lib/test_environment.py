@@ -129,3 +129,14 @@ def test_landing_a_tree_imports_no_dagster(tmp_path) -> None:
     assert "nasa.gov: 1 files, 1 new lines in 1 hours" in done.stdout
     assert "dagster imported: False" in done.stdout
     assert len(list((tmp_path / "home" / "lake" / "landing").rglob("*.log.gz"))) == 2
+
+
+def test_the_visitor_key_is_the_resources_key(monkeypatch, prod_env) -> None:
+    assert environment.visitor_key("prod") == "the-secret-key"
+    assert resolved(build_resources("prod")["settings"]).visitor_key == "the-secret-key"
+    assert environment.visitor_key("local") == "the-secret-key"
+    monkeypatch.setenv("BQ_PLATFORM_VISITOR_KEY", "")
+    assert environment.visitor_key("local") == environment.LOCAL_VISITOR_KEY
+    assert build_resources("local")["settings"].visitor_key == environment.LOCAL_VISITOR_KEY
+    with pytest.raises(ValueError, match="set BQ_PLATFORM_VISITOR_KEY"):
+        environment.visitor_key("prod")

@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bq_platform.defs.pageviews.assets import accounting_problems
 from bq_platform.lib import layout
 from bq_platform.lib import logformat as lf
+from bq_platform.lib.accounting import accounting_problems
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.landing_index import scan_landing

@@ -12,6 +12,7 @@ from bq_platform.defs.metadata import OWNERS, partition_results
 from bq_platform.defs.partitions import FIRST_HOUR, hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, SparkResource
 from bq_platform.lib import quality
+from bq_platform.lib.accounting import accounting_problems
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
@@ -134,30 +135,6 @@ def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) 
         "attempt_id": attempt_id,
         "per_site_hour": dg.MetadataValue.md(counts_markdown(manifest.counts)),
     }
-
-
-def accounting_problems(manifest: HourManifest) -> list[str]:
-    """What does not add up in one hour: unbalanced sites, landed files whose line count
-    differs from their manifest, and data files without a manifest (an incomplete delivery,
-    issue 7), one line each, naming the site or the file."""
-    label = hour_label(manifest.hour)
-    return (
-        [
-            f"{c.site} {label}: source_lines {c.source_lines} != accounted {c.accounted}"
-            for c in manifest.counts
-            if not c.balanced
-        ]
-        + [
-            f"{m['data_key']}: manifest says {m['manifest_lines']} lines, "
-            f"file has {m['lines_read']}"
-            for m in manifest.file_mismatches
-        ]
-        + [
-            f"{key}: data file without a manifest (incomplete delivery: its lines are not counted; "
-            "have the producer write the manifest, or land the file again)"
-            for key in manifest.orphan_files
-        ]
-    )
 
 
 def accounting_check(manifest: HourManifest) -> PartitionCheck:
