@@ -34,7 +34,7 @@ from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.run_progress import RunProgress
 
 if TYPE_CHECKING:
-    from bq_platform.defs.resources import SparkResource
+    from bq_platform.defs.hourly_build import SparkResource
 
 HOURLY_JOB = "pageviews_hourly_job"
 #: Consecutive due days one ``bq-platform run`` builds in one hourly run, i.e. one Spark pass
@@ -68,8 +68,9 @@ class PipelineRunner:
     verbose: bool = False
     """Dagster's console log (INFO) and tracebacks, instead of one line per step."""
     spark: "SparkResource | None" = None
-    """The environment's Spark resource: its session is started in the background once a build
-    is due (:meth:`SparkResource.start_in_background`); None: the run starts it."""
+    """The environment's in-process Spark resource: its session is started in the background
+    once a build is due (:meth:`SparkResource.start_in_background`); None: the run starts it,
+    or the build is launched out of process (:mod:`bq_platform.defs.hourly_build`)."""
     lookback_days: int = 0
     """Plan only the UTC days from this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``,
     :func:`~bq_platform.lib.planning.lookback_start`); 0: every landed day."""
@@ -91,6 +92,7 @@ class PipelineRunner:
     ) -> "PipelineRunner":
         """Build from the code location's definitions and the resources of ``env``."""
         from bq_platform.definitions import defs_without_component_catalog
+        from bq_platform.defs.hourly_build import SparkResource
         from bq_platform.defs.resources import build_resources, resolved
 
         resources = {key: resolved(value) for key, value in build_resources(env).items()}
@@ -104,7 +106,7 @@ class PipelineRunner:
             echo=echo,
             instance=instance,
             verbose=verbose,
-            spark=resources["spark"],
+            spark=spark if isinstance(spark := resources["spark"], SparkResource) else None,
         )
 
     @functools.cached_property

@@ -12,7 +12,7 @@ import bq_platform.cli as cli_module
 import bq_platform.instance as instance_module
 import bq_platform.runner as runner_module
 from bq_platform.cli import main
-from bq_platform.defs.resources import SparkResource
+from bq_platform.defs.hourly_build import SparkResource
 from bq_platform.instance import dagster_yaml, ensure_dagster_yaml
 from bq_platform.lib import layout
 from bq_platform.lib.landing import land_file

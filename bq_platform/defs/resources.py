@@ -21,20 +21,18 @@ the same folder or bucket.
 import abc
 import logging
 import os
-import threading
 from typing import Any, TypeVar
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
-from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
+from bq_platform.defs.hourly_build import hourly_build
 from bq_platform.lib import environment
 from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.quality import DEFAULT_MAX_REJECTED_SHARE
 from bq_platform.lib.quota import JobBudget
-from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+from bq_platform.lib.spark import spark_config
 from bq_platform.lib.warehouse.base import Warehouse
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
@@ -144,90 +142,6 @@ class BigQueryWarehouseResource(WarehouseResource):
         )
 
 
-class SparkResource(LazyPySparkResource):
-    """dagster-pyspark's lazy session resource (the session is made on the first use of
-    ``spark_session``), started in the background when a run sets it up, bound to loopback
-    when the master is local.
-
-    So a run's resource set-up does not wait for the JVM: the build step lists and checks the
-    landing zone while it starts, and waits for the session at its first use of
-    ``spark_session`` (:func:`~bq_platform.lib.build.build_hours` takes ``lambda:
-    spark.spark_session``; ``SparkSession.builder.getOrCreate`` waits for the start under way).
-    A 1x ``bq-platform run`` on a slow 2-core machine waited 1.2-2.1 s in the set-up before
-    the build step started (issue 9, docs/PERFORMANCE.md). A failed start is raised by
-    ``spark_session``, in the step, once.
-    """
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self.start_in_background()
-
-    @property
-    def is_local(self) -> bool:
-        """True if the master runs the driver and the tasks in this process's JVM."""
-        return str(self.spark_config.get("spark.master", "")).startswith("local")
-
-    def prepare_environment(self) -> None:
-        """What this process needs before the session starts: a local master binds to loopback
-        (:func:`~bq_platform.lib.spark.ensure_local_spark_env`); other masters need nothing."""
-        if self.is_local:
-            ensure_local_spark_env()
-
-    def start_in_background(self) -> threading.Thread:
-        """Start this resource's Spark session on a daemon thread, ahead of the run that uses it.
-
-        The session of a process is one (``SparkSession.builder.getOrCreate``, which holds the
-        builder's class lock while it creates it), so the run's first use of ``spark_session``
-        then gets this same session, or waits for it if it is still starting. ``bq-platform
-        run`` starts it once it knows a build is due, so the JVM's start (4-5 s local, issue 9)
-        runs while Dagster creates the run and writes its planned events; a run's
-        :meth:`setup_for_execution` starts it too (a run launched from the UI, a schedule or a
-        sensor: a new process), and a second start of a started session only finds it. A
-        failure here is only logged at DEBUG: the step's first use of ``spark_session`` fails
-        the same way and reports it, once.
-
-        Nothing else runs on the new JVM meanwhile: a planning warm-up on this thread (a tiny
-        build pass planned once the session was up) made whole 1x runs slower once the build
-        itself waits for the session, 63.6 against 61.4 s on average over seven pairs (issue
-        9, docs/PERFORMANCE.md, "No planning warm-up beside the build").
-
-        Returns:
-            The started thread (it ends when the session is up or has failed).
-        """
-        self.prepare_environment()
-
-        def start() -> None:
-            try:
-                spark_session_from_config(self.spark_config)
-            except Exception:  # the run reports it (see above)
-                logging.getLogger(__name__).debug("Spark pre-start failed", exc_info=True)
-
-        thread = threading.Thread(target=start, name="spark-prestart", daemon=True)
-        thread.start()
-        threading.Thread(
-            target=import_pyspark_converters, name="spark-prestart-imports", daemon=True
-        ).start()
-        return thread
-
-
-def import_pyspark_converters() -> None:
-    """Import what PySpark's py4j argument converters import on their first use.
-
-    PySpark's ``NumpyArrayConverter.can_convert`` (``pyspark/sql/types.py``, registered with
-    py4j) imports ``pyspark.testing.utils`` to learn whether NumPy is installed, and that
-    module imports pandas, pyarrow and ``unittest``: 0.26-0.28 s on one core (PySpark 4.3).
-    It runs on the first Python object py4j sends once the JVM is up (``SparkConf``), so the
-    session waits for it. Imported while the JVM boots instead, on a thread of its own, it is
-    usually done when py4j needs it; if not, py4j's thread waits for this import (Python's
-    import lock) and does not import again. A failed import is left to that first use.
-    """
-    try:
-        import pyspark.testing.utils  # noqa: F401
-    except Exception:  # the converter's own import reports it where it matters
-        logging.getLogger(__name__).debug(
-            "pre-import of PySpark's converters failed", exc_info=True
-        )
-
-
 class PipelineSettings(dg.ConfigurableResource):
     """Settings of the pageview pipeline itself.
 
@@ -284,8 +198,8 @@ def build_resources(env: str) -> dict[str, Any]:
         return {
             "object_store": LocalObjectStoreResource(root=str(environment.local_lake())),
             "warehouse": DuckDBWarehouseResource(path=str(home / "warehouse.duckdb")),
-            "spark": SparkResource(
-                spark_config=spark_config(os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]"))
+            "spark": hourly_build(
+                spark_config(os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]"))
             ),
             "settings": PipelineSettings(
                 visitor_key=environment.visitor_key("local"),
@@ -304,8 +218,8 @@ def build_resources(env: str) -> dict[str, Any]:
                 location=os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US"),
                 job_id_prefix=os.environ.get("BQ_PLATFORM_BQ_JOB_PREFIX", ""),
             ),
-            "spark": SparkResource(
-                spark_config=spark_config(
+            "spark": hourly_build(
+                spark_config(
                     os.environ.get("BQ_PLATFORM_SPARK_MASTER", "yarn"),
                     shuffle_partitions=int(os.environ.get("BQ_PLATFORM_SHUFFLE_PARTITIONS", "64")),
                 )

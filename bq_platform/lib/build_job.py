@@ -25,13 +25,16 @@ sample must be the Dagster runs' own), ``BQ_PLATFORM_FIRST_HOUR`` and
 (:func:`job_session`).
 
 Output: progress on stderr (Python logging, INFO), then one JSON line on stdout
-(:func:`summary`), the last line this process writes (``spark-submit`` merges a Python
-application's stderr into its stdout; Spark's own log4j lines go to its stderr). Exit status:
+(:func:`summary`; not under Pipes, where it is the materialization's metadata), the last line
+this process writes (``spark-submit`` merges a Python application's stderr into its stdout;
+Spark's own log4j lines go to its stderr). Exit status:
 
-- 0: every hour balances;
+- 0: the hours are built. An hour that does not balance is built too (its manifest says so,
+  as the asset's does): each problem is logged as an ERROR and listed in the summary's
+  ``problems``, and the accounting check and the daily publish hold it, as for a build in the
+  Dagster process;
 - 1: the build raised (a :class:`~bq_platform.lib.landing.LandingError` names the landed file
-  and what to do; nothing is written then), or an hour does not balance (its manifest is
-  written, as the asset writes it, and each problem is printed);
+  and what to do; no hour manifest is written then);
 - 2: bad arguments or settings, named.
 
 Under Dagster Pipes (launched by ``PipesDataprocJobClient``, which adds
@@ -39,8 +42,10 @@ Under Dagster Pipes (launched by ``PipesDataprocJobClient``, which adds
 ``PipesSubprocessClient``, which sets ``DAGSTER_PIPES_CONTEXT``):
 
 - the attempt ID is the asset's own, ``<run ID>-<retry number>``;
-- progress goes to the Dagster run's log, and the summary becomes the asset's materialization
-  metadata, for each partition of the run;
+- progress goes to the Dagster run's log, and the summary is reported as a materialization's
+  metadata (an asset that returns the client's ``get_results()`` materializes each partition of
+  its run with it; the shipped ``pageview_files`` reads the hour manifests instead:
+  :mod:`bq_platform.defs.hourly_build`);
 - messages go back through GCS when the orchestrator's reader is ``PipesGCSMessageReader`` (its
   parameters name a bucket), else through Pipes' default file channel;
 - the asset passes ``context.partition_key_range``'s start and end as the two hours. Without
@@ -182,8 +187,9 @@ def pipes_context(argv: Sequence[str]) -> Iterator[Any]:
 
     Parameters come from ``--dagster-pipes-context`` in ``argv`` (``PipesDataprocJobClient``)
     or the ``DAGSTER_PIPES_CONTEXT`` variable (``PipesSubprocessClient``); messages go to GCS
-    (``PipesGCSMessageWriter``, with a client of ``BQ_PLATFORM_GCP_PROJECT``) when the
-    orchestrator's message reader names a bucket, else through Pipes' default channel.
+    (``PipesGCSMessageWriter``, with a client of ``BQ_PLATFORM_GCP_PROJECT``, or of the
+    ``STORAGE_EMULATOR_HOST`` emulator: :func:`~bq_platform.lib.objectstore.gcs.gcs_client`)
+    when the orchestrator's message reader names a bucket, else through Pipes' default channel.
     """
     from_cli = PIPES_ARGUMENTS[0] in argv
     if not from_cli and "DAGSTER_PIPES_CONTEXT" not in os.environ:
@@ -194,9 +200,9 @@ def pipes_context(argv: Sequence[str]) -> Iterator[Any]:
     loader = pipes.PipesCliArgsParamsLoader() if from_cli else pipes.PipesEnvVarParamsLoader()
     writer: pipes.PipesMessageWriter = pipes.PipesDefaultMessageWriter()
     if "bucket" in loader.load_messages_params():
-        from google.cloud import storage
+        from bq_platform.lib.objectstore.gcs import gcs_client
 
-        client = storage.Client(project=os.environ.get("BQ_PLATFORM_GCP_PROJECT") or None)
+        client = gcs_client(os.environ.get("BQ_PLATFORM_GCP_PROJECT") or None)
         writer = pipes.PipesGCSMessageWriter(client=client)
     with pipes.open_dagster_pipes(params_loader=loader, message_writer=writer) as context:
         yield context
@@ -285,13 +291,14 @@ def _build(
     result = summary(manifests, attempt_id, time.monotonic() - started)
     for problem in result["problems"]:
         log.error("accounting does not balance: %s", problem)
-    if pipes is not None:
+    if pipes is None:  # under Pipes the summary is the materialization's metadata instead
+        print(json.dumps(result), flush=True)
+    else:
         pipes.report_asset_materialization(
             metadata={k: v for k, v in result.items() if k != "problems"}
             | {"problems": {"raw_value": result["problems"], "type": "json"}}
         )
-    print(json.dumps(result), flush=True)
-    return 1 if result["problems"] else 0
+    return 0
 
 
 if __name__ == "__main__":

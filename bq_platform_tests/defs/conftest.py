@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 import dagster as dg
 import pytest
 
-from bq_platform.defs.resources import SparkResource, build_resources
+from bq_platform.defs.hourly_build import SparkResource
+from bq_platform.defs.resources import build_resources
 from bq_platform.lib.landing import land_file
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse

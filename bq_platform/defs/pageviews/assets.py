@@ -7,18 +7,17 @@ import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
 from bq_platform.defs.errors import fail_fast
+from bq_platform.defs.hourly_build import HourlyBuildResource
 from bq_platform.defs.landing.assets import pageview_logs
 from bq_platform.defs.metadata import OWNERS, partition_results
-from bq_platform.defs.partitions import FIRST_HOUR, hourly_partitions, partition_hours
-from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, SparkResource
+from bq_platform.defs.partitions import hourly_partitions, partition_hours
+from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings
 from bq_platform.lib import quality
 from bq_platform.lib.accounting import accounting_problems
-from bq_platform.lib.build import build_hours
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.manifest_reads import stage_bytes
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish import KINDS
 from bq_platform.lib.reporting import COUNT_FIELDS, counts_markdown, totals
@@ -67,7 +66,7 @@ HOURLY_BACKFILL = dg.BackfillPolicy.multi_run(max_partitions_per_run=24)
 @fail_fast
 def pageview_files(
     context: dg.AssetExecutionContext,
-    spark: SparkResource,
+    spark: HourlyBuildResource,
     object_store: ObjectStoreResource,
     settings: PipelineSettings,
 ):  # no return annotation: Dagster types the outputs from it; returns Iterator[CheckedEvent]
@@ -88,16 +87,7 @@ def pageview_files(
     )
     store = object_store.get_store()
     started = time.monotonic()
-    manifests = build_hours(
-        lambda: spark.spark_session,  # the session starts while the landing zone is checked
-        store,
-        hours,
-        attempt_id=attempt_id,
-        visitor_key=settings.visitor_key,
-        window=HourWindow.until_now(FIRST_HOUR),
-        log=context.log,
-        lines_per_pass=settings.lines_per_pass,
-    )
+    manifests = spark.build(context, store, hours, attempt_id=attempt_id, settings=settings)
     seconds = time.monotonic() - started
     problems = [p for m in manifests for p in accounting_problems(m)]
     if problems:
