@@ -163,9 +163,10 @@ def summary(manifests: Sequence[HourManifest], attempt_id: str, seconds: float) 
     """What the job prints and reports: ``attempt_id``, ``hours``, ``first_hour``/``last_hour``
     (``YYYY-MM-DDTHH``), ``rows`` (pageviews), ``sample_rows``, the identity's counts summed
     over the hours' sites (``source_lines``, ``non_page_hits``, ``rejected``, ``duplicates``,
-    ``out_of_window``: lines), ``problems`` (:func:`~bq_platform.lib.accounting.
-    accounting_problems`, all hours), ``duration_seconds`` and ``manifests`` (the hour
-    manifests' object keys' hours, as labels)."""
+    ``out_of_window``: lines), ``problems`` (one string per problem of any hour:
+    :func:`~bq_platform.lib.accounting.accounting_problems`) and ``duration_seconds`` (the
+    session's start included). The hour manifests themselves are in the object store
+    (:func:`~bq_platform.lib.layout.hour_manifest_key`)."""
     counts = sum_counts([c for m in manifests for c in m.counts])
     return {
         "attempt_id": attempt_id,

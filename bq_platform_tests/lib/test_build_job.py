@@ -3,7 +3,9 @@ its errors, and, under Dagster Pipes through ``spark-submit``, the same outputs 
 the Dagster process (``test_build_cluster.py`` runs it on a standalone cluster)."""
 
 import datetime as dt
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -111,6 +113,46 @@ def test_a_landed_file_gone_fails_the_job_naming_it_before_spark_starts(
     assert len(errors) == 1 and landed.data_key in errors[0].getMessage()
     assert errors[0].exc_info is None  # a landing error says what to do; no traceback
     assert not store.exists(layout.hour_manifest_key(H_NASA_1))
+
+
+@pytest.mark.spark
+def test_an_hour_that_does_not_balance_is_built_and_named(tmp_path) -> None:
+    """Started as plain Python (PySpark starts the JVM): a landed file with fewer lines than
+    its manifest says is built, exit 0, each problem (the site's identity, the file's count)
+    logged once as an ERROR, and the summary, the last line on stdout, lists them as the hour's
+    manifest does."""
+    store = LocalObjectStore(tmp_path / "lake")
+    line = b'h - - [01/Aug/1995:00:00:01 -0400] "GET /index.html HTTP/1.0" 200 1'
+    short = land(store, NASA, H_NASA_1, [line, line], manifest_lines=3)
+    env = {
+        **os.environ,
+        "BQ_PLATFORM_HOME": str(tmp_path),
+        "BQ_PLATFORM_ENV": "local",
+        "BQ_PLATFORM_SPARK_MASTER": "local[1]",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    env.pop("BQ_PLATFORM_VISITOR_KEY", None)
+    label = hour_label(H_NASA_1)
+    done = subprocess.run(
+        [sys.executable, "-m", "bq_platform.lib.build_job", label, "--attempt-id", "short"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["hours"], result["rows"], result["source_lines"]) == (1, 2, 3)
+    assert result["problems"] == [
+        f"{NASA} {label}: source_lines 3 != accounted 2",
+        f"{short.data_key}: manifest says 3 lines, file has 2",
+    ]
+    errors = [e for e in done.stderr.splitlines() if " ERROR " in e]
+    assert [e.split(" ERROR ", 1)[1] for e in errors] == [
+        f"accounting does not balance: {p}" for p in result["problems"]
+    ]
+    manifest = HourManifest.from_json(store.read_text(layout.hour_manifest_key(H_NASA_1)))
+    assert manifest.attempt_id == "short" and len(manifest.file_mismatches) == 1
 
 
 @pytest.mark.spark
