@@ -27,10 +27,10 @@ runs the Spark pass. For a set of UTC hours it:
    and the dead letters (rejected and out-of-window lines with reason, raw text and delivery
    hour; :mod:`bq_platform.lib.build_frames`); an hour without such rows still gets one empty
    Parquet file in each, so each load job has at least one file;
-7. writes each hour's :class:`~bq_platform.lib.manifest.HourManifest` *last*; it names exactly
-   the files that count, so a crashed attempt leaves nothing a loader would pick up; then
-   records the attempts those manifests displaced, for the cleanup
-   (:mod:`bq_platform.lib.superseded`).
+7. records the attempts its manifests will displace, for the cleanup
+   (:mod:`bq_platform.lib.superseded`), then writes each hour's
+   :class:`~bq_platform.lib.manifest.HourManifest` *last*; it names exactly the files that
+   count, so a crashed attempt leaves nothing a loader would pick up.
 
 Per site and hour, when the manifests are right:
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``.
@@ -236,6 +236,15 @@ def build_hours(
     except ManifestError as exc:  # replaced below; the cleanup's full pass finds its attempts
         log.warning("%s; it is replaced, and its attempt is left to the full cleanup pass", exc)
         previous = {}
+    # Recorded before the manifests that displace them: a crash in between leaves a record
+    # whose units the current manifests still name (the record pass keeps them), never a
+    # displaced attempt that no record names (the full pass skips settled attempts).
+    displaced = record_superseded(store, attempt_id, superseded_units(previous, manifests))
+    if displaced is not None:
+        log.info(
+            "recorded %d attempt-hours these manifests supersede, for cleanup after the retention",
+            len(displaced.units),
+        )
     for manifest in manifests:  # last: a manifest names only complete files
         store.write_text(layout.hour_manifest_key(manifest.hour), manifest.to_json())
         totals = sum_counts(manifest.counts)
@@ -262,12 +271,6 @@ def build_hours(
             totals["out_of_window"],
             len(manifest.full_files),
             problems,
-        )
-    displaced = record_superseded(store, attempt_id, superseded_units(previous, manifests))
-    if displaced is not None:
-        log.info(
-            "recorded %d superseded attempt-hours for cleanup after the retention",
-            len(displaced.units),
         )
     everything = sum_counts([c for m in manifests for c in m.counts])
     log.info(

@@ -12,7 +12,7 @@ production adapters agree on it. Keys are relative, ``/``-separated, and never s
     staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
     deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
     staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
-    staging/pageviews/_ATTEMPTS_UNNAMED.json     when attempt cleanup first saw each unnamed one
+    staging/pageviews/_ATTEMPTS_UNNAMED.json     the full cleanup pass: sightings, settled attempts
 
 The hour is the UTC hour, formatted ``YYYY-MM-DDTHH`` (:func:`bq_platform.lib.hours.hour_label`,
 re-exported here; the same label is the Dagster hourly partition key).

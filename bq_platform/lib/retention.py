@@ -15,10 +15,18 @@ again (issue 7). This module removes them per *unit* (one attempt's three folder
   :data:`RETENTION` has passed since its record was written. Its cost follows the builds since
   the last pass, not the history (issue 9);
 - the **full pass** (:func:`clean_attempts`), once every :data:`FULL_PASS_EVERY` (or when
-  asked): it visits every attempt folder and reads the manifest of every hour they hold, so
-  its cost grows with the history; it finds what no record names (an attempt that crashed
-  before its manifests, a crash between the manifests and the record, a build that lost a race
-  for an hour). A unit is *superseded* when its hour's manifest exists and names another
+  asked): it visits the attempt folders not yet *settled* and reads the manifest of every hour
+  they hold; it finds what no record names (an attempt that crashed before its manifests, a
+  build that lost a race for an hour). An attempt is settled once a full pass finds every hour
+  it holds named by that hour's manifest, each manifest written :data:`RETENTION` ago or more
+  (a race for an hour is over by then); from then on only a build can displace it, and a
+  build records what it displaces *before* it writes its manifests
+  (:mod:`bq_platform.lib.superseded`), so the record pass deletes it and the full pass never
+  visits it again: its cost follows the attempts written since the last full pass, not the
+  history (issue 9). The settled attempts' IDs are kept in the registry (~40 bytes each: a
+  year of daily attempts is ~15 KB); on a local disk a settled attempt whose every hour the
+  record pass deleted leaves empty folders (GCS has no folders). A unit is *superseded* when
+  its hour's manifest exists and names another
   attempt; a unit whose hour has no manifest is kept (its attempt may still be running). A
   superseded unit is deleted once it has been seen superseded for :data:`RETENTION` (first
   sightings are kept in :data:`~bq_platform.lib.layout.ATTEMPT_REGISTRY_KEY`, so the rule works
@@ -38,7 +46,7 @@ import logging
 from collections.abc import Sequence
 
 from bq_platform.lib import layout
-from bq_platform.lib.manifest import ManifestError
+from bq_platform.lib.manifest import HourManifest, ManifestError
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectNotFoundError, ObjectStore, side_by_side
 from bq_platform.lib.superseded import Unit, named_attempts, read_records, record_folder
@@ -50,7 +58,10 @@ RETENTION = dt.timedelta(days=1)
 #: race) is then deleted 1-2 full passes after it appeared: within about two weeks.
 FULL_PASS_EVERY = dt.timedelta(days=7)
 _WHOLE = "*"
-_REGISTRY_FORMAT = "bq_platform.attempt_registry/2"
+#: /3 adds the settled attempts; a /2 registry is read with none (the next full pass visits
+#: every attempt once more and settles them).
+_REGISTRY_FORMAT = "bq_platform.attempt_registry/3"
+_PREVIOUS_FORMAT = "bq_platform.attempt_registry/2"
 
 Logger = logging.Logger | logging.LoggerAdapter
 
@@ -69,6 +80,8 @@ class CleanupReport:
         records: superseded records done with and deleted (record pass).
         bad_records: keys of records that could not be read (kept, logged).
         full_pass: whether the full pass ran.
+        settled: attempts the full pass did not visit: settled by an earlier one (see the
+            module docstring).
     """
 
     deleted_objects: int = 0
@@ -78,6 +91,7 @@ class CleanupReport:
     records: int = 0
     bad_records: list[str] = dataclasses.field(default_factory=list)
     full_pass: bool = False
+    settled: int = 0
 
     def describe(self) -> str:
         """One line for people (the CLI, the job's log): what was deleted, what waits, and
@@ -89,7 +103,7 @@ class CleanupReport:
             f"{self.kept} are named or not yet superseded; {self.records} records done"
         )
         if self.full_pass:
-            text += "; full pass"
+            text += f"; full pass ({self.settled} settled attempts not visited)"
         if self.bad_records:
             text += (
                 f"; {len(self.bad_records)} unreadable superseded records kept, e.g. "
@@ -108,15 +122,18 @@ class CleanupReport:
             records=self.records + other.records,
             bad_records=self.bad_records + other.bad_records,
             full_pass=self.full_pass or other.full_pass,
+            settled=self.settled + other.settled,
         )
 
 
 @dataclasses.dataclass
 class _Registry:
-    """The full pass's bookkeeping: first sightings of superseded units, last full pass."""
+    """The full pass's bookkeeping: first sightings of superseded units, last full pass, and
+    the settled attempts it no longer visits (sorted IDs)."""
 
     first_seen: dict[str, str]
     last_full_pass: dt.datetime | None = None
+    settled: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -124,6 +141,7 @@ class _Registry:
                 "format": _REGISTRY_FORMAT,
                 "last_full_pass": self.last_full_pass and self.last_full_pass.isoformat(),
                 "first_seen": self.first_seen,
+                "settled": self.settled,
             },
             indent=1,
         )
@@ -282,9 +300,12 @@ def _full_pass(
     seen = registry.first_seen
     still_seen: dict[str, str] = {}
     report = CleanupReport(full_pass=True)
-    attempts = list_attempts(store)
-    listed = side_by_side(lambda a: attempt_hours(store, a), attempts, store.read_threads)
-    hours_of = dict(zip(attempts, listed, strict=True))  # GCS: 3 listings each, side by side
+    listed = list_attempts(store)
+    settled = set(registry.settled) & set(listed)
+    attempts = [a for a in listed if a not in settled]
+    report.settled = len(settled)
+    held = side_by_side(lambda a: attempt_hours(store, a), attempts, store.read_threads)
+    hours_of = dict(zip(attempts, held, strict=True))  # GCS: 3 listings each, side by side
     # Every hour's manifest once, side by side (on GCS an existence check and a read per hour,
     # one after the other, were two requests in a row per hour any attempt holds).
     manifests = read_hour_manifests(store, sorted({h for hs in hours_of.values() for h in hs}))
@@ -295,6 +316,8 @@ def _full_pass(
         return now - first >= retention
 
     for attempt_id, hours in hours_of.items():
+        if hours and all(_settles(manifests[h], attempt_id, now, retention) for h in hours):
+            settled.add(attempt_id)
         deleted = 0
         for hour in hours:
             current = manifests[hour]
@@ -322,8 +345,21 @@ def _full_pass(
         report.deleted_units.append((attempt_id, _WHOLE))
         still_seen.pop(f"{attempt_id}/{_WHOLE}", None)
         log.info("deleted attempt %s (no hour manifest names it)", attempt_id)
-    store.write_text(layout.ATTEMPT_REGISTRY_KEY, _Registry(still_seen, now).to_json())
+    registry = _Registry(still_seen, now, sorted(settled))
+    store.write_text(layout.ATTEMPT_REGISTRY_KEY, registry.to_json())
     return report
+
+
+def _settles(
+    manifest: HourManifest | None, attempt_id: str, now: dt.datetime, retention: dt.timedelta
+) -> bool:
+    """Whether ``manifest`` (an hour's current one) names ``attempt_id`` and was written
+    ``retention`` ago or more: a build that raced it for the hour has written by then."""
+    return (
+        manifest is not None
+        and attempt_id in named_attempts(manifest)
+        and now - manifest.created_at >= retention
+    )
 
 
 def _delete(store: ObjectStore, prefixes: Sequence[str]) -> int:
@@ -342,12 +378,13 @@ def _read_registry(store: ObjectStore) -> _Registry:
         return _Registry({})
     if not isinstance(data, dict):
         return _Registry({})
-    if data.get("format") != _REGISTRY_FORMAT:
+    if data.get("format") not in (_REGISTRY_FORMAT, _PREVIOUS_FORMAT):
         return _Registry({str(k): str(v) for k, v in data.items()})
     try:
         last = data.get("last_full_pass")
         last_full_pass = dt.datetime.fromisoformat(last) if last else None
         first_seen = {str(k): str(v) for k, v in dict(data.get("first_seen") or {}).items()}
+        settled = [str(a) for a in data.get("settled") or []]
     except (TypeError, ValueError):
         return _Registry({})
-    return _Registry(first_seen, last_full_pass)
+    return _Registry(first_seen, last_full_pass, settled)

@@ -7,8 +7,11 @@ way to find them was to list every attempt folder ever written and read the mani
 hour they held (:func:`bq_platform.lib.retention.clean_attempts`): a cost that grows with the
 history, not with the work (issue 9, docs/architecture.md "Known gaps").
 
-So the build records what it displaced, in one small JSON object per build attempt
-(:func:`superseded_record_key`), written *after* its hour manifests:
+So the build records what it displaces, in one small JSON object per build attempt
+(:func:`superseded_record_key`), written *before* its hour manifests (a crash in between
+leaves a record whose units the current manifests still name: the record pass keeps them and
+drops the record; the other order could lose the record of a displacement, which the full pass
+would then never find once it skips settled attempts: :mod:`bq_platform.lib.retention`):
 
     {"format": "bq_platform.superseded/1", "attempt_id": "<the build's attempt>",
      "written_at": "<UTC ISO time>", "units": [["<displaced attempt>", "YYYY-MM-DDTHH"], ...]}
@@ -19,9 +22,10 @@ A *unit* is one attempt's three folders of one hour (full, sample, dead letters:
 deletes their units once :data:`~bq_platform.lib.retention.RETENTION` has passed since
 ``written_at``; its cost is the number of builds since the last pass.
 
-What a record cannot see: an attempt that crashed before its manifests (nothing named it), a
-crash between the manifests and the record, and two builds of one hour at once (the loser's
-files were never in a manifest the winner read). The periodic full pass finds those.
+What a record cannot see: an attempt that crashed before its manifests (nothing named it) and
+two builds of one hour at once (the loser's files were never in a manifest the winner read).
+The periodic full pass finds those: neither is settled (the first has no manifest, the
+second's was overwritten within the retention).
 """
 
 import dataclasses
@@ -142,8 +146,8 @@ def record_superseded(
 ) -> SupersededRecord | None:
     """Write the record of ``attempt_id`` (one object), or nothing when ``units`` is empty.
 
-    Call it after the attempt's hour manifests are written: from then on the units are
-    superseded. A retry of the same attempt replaces the record.
+    Call it just before the attempt's hour manifests are written (see the module docstring);
+    the units are superseded once they are. A retry of the same attempt replaces the record.
 
     Raises:
         ValueError: if an attempt ID or hour label is invalid.

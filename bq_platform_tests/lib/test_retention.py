@@ -48,9 +48,11 @@ def write_attempt(
     return keys
 
 
-def manifest_of(attempt: str, hour: dt.datetime, keys: tuple | None = None) -> HourManifest:
+def manifest_of(
+    attempt: str, hour: dt.datetime, keys: tuple | None = None, created_at: dt.datetime = T0
+) -> HourManifest:
     """An hour manifest of ``attempt`` naming ``keys`` (default: one file in each of its three
-    folders of ``hour``, as :func:`write_attempt` writes them)."""
+    folders of ``hour``, as :func:`write_attempt` writes them), written at ``created_at``."""
     keys = keys or tuple(f"{p}/part-0.parquet" for p in layout.attempt_hour_prefixes(attempt, hour))
     return HourManifest(
         hour=hour,
@@ -63,12 +65,20 @@ def manifest_of(attempt: str, hour: dt.datetime, keys: tuple | None = None) -> H
         rows=1,
         sample_rows=1,
         counts=(),
+        created_at=created_at,
     )
 
 
-def publish(store: LocalObjectStore, attempt: str, hour: dt.datetime, keys: tuple) -> None:
+def publish(
+    store: LocalObjectStore,
+    attempt: str,
+    hour: dt.datetime,
+    keys: tuple,
+    created_at: dt.datetime = T0,
+) -> None:
     """Write the hour manifest naming ``attempt``'s files (what a complete build does last)."""
-    store.write_text(layout.hour_manifest_key(hour), manifest_of(attempt, hour, keys).to_json())
+    manifest = manifest_of(attempt, hour, keys, created_at)
+    store.write_text(layout.hour_manifest_key(hour), manifest.to_json())
 
 
 def dead_row(line_no: int, reason: str = "malformed", raw: str = "garbage") -> dict:
@@ -246,6 +256,82 @@ def test_the_full_pass_runs_first_then_once_every_full_pass_every(tmp_path):
     last = T0 + RETENTION  # the forced pass
     assert not clean_staging(store, now=last + FULL_PASS_EVERY - dt.timedelta(seconds=1)).full_pass
     assert clean_staging(store, now=last + FULL_PASS_EVERY).full_pass
+
+
+def test_settled_attempts_are_not_visited_again_and_records_still_clean_them(tmp_path):
+    """An attempt whose every hour is named by a manifest a retention old is settled: later
+    full passes send it no request (issue 9: their cost follows the new attempts, not the
+    history), and a recorded build that displaces it still gets its unit deleted."""
+    store = CountingStore(tmp_path / "lake")
+    for hour in (H5, H6):
+        publish(store, "a", hour, write_attempt(store, "a", hour, [dead_row(1)]))
+    H7 = H6 + dt.timedelta(hours=1)
+    later = T0 + RETENTION
+    publish(store, "young", H7, write_attempt(store, "young", H7, []), created_at=later)
+
+    first = clean_attempts(store, now=later)
+    assert first.kept == 3 and first.settled == 0 and first.deleted_units == []
+    store.calls.clear()
+    second = clean_attempts(store, now=later + dt.timedelta(hours=1))
+    assert second.settled == 1 and second.kept == 1  # young/H7 only: its manifest is young
+    # 2 listings of attempts, young's 3; its hour's manifest and the registry
+    assert store.counted() == {"list_folders": 2 + 3, "read_bytes": 1 + 1}
+    assert clean_attempts(store, now=later + RETENTION).settled == 1  # young settles now
+    store.calls.clear()
+    assert clean_attempts(store, now=later + RETENTION).settled == 2
+    assert store.counted() == {"list_folders": 2, "read_bytes": 1}  # nothing per attempt
+
+    # A build displaces a/H5: its record comes first, its manifest after (lib/build.py).
+    record_superseded(store, "b", [("a", "1995-08-01T05")], now=later + RETENTION)
+    publish(store, "b", H5, write_attempt(store, "b", H5, []), created_at=later + RETENTION)
+    due = clean_staging(store, now=later + 2 * RETENTION)
+    assert due.deleted_units == [("a", "1995-08-01T05")]
+    assert attempt_hours(store, "a") == [H6]
+
+
+def test_a_crash_between_the_record_and_the_manifests_loses_nothing(tmp_path):
+    """The build records what it displaces before its manifests: killed in between, its
+    record names units the manifests still name (kept), and its own files, which no manifest
+    names, are the full pass's."""
+    store = LocalObjectStore(tmp_path / "lake")
+    a5 = write_attempt(store, "a", H5, [dead_row(1)])
+    publish(store, "a", H5, a5)
+    clean_attempts(store, now=T0 + RETENTION)  # a settles
+    write_attempt(store, "killed", H5, [])
+    record_superseded(store, "killed", [("a", "1995-08-01T05")], now=T0 + RETENTION)
+
+    report = clean_staging(store, now=T0 + 2 * RETENTION, full=True)
+    assert report.records == 1 and report.deleted_units == [] and report.settled == 1
+    assert all(store.exists(k) for k in a5)
+    assert read_records(store) == {}
+    gone = clean_staging(store, now=T0 + 3 * RETENTION, full=True)
+    assert gone.deleted_units == [("killed", "1995-08-01T05"), ("killed", "*")]
+    assert all(store.exists(k) for k in a5) and list_attempts(store) == ["a"]
+
+
+def test_the_loser_of_a_race_for_an_hour_is_not_settled(tmp_path):
+    """Two builds of one hour at once: the first manifest is overwritten by the second's
+    without a record. A full pass in between sees a manifest younger than the retention, so
+    the loser is not settled and a later full pass deletes it."""
+    store = LocalObjectStore(tmp_path / "lake")
+    publish(store, "loser", H5, write_attempt(store, "loser", H5, []), created_at=T0)
+    early = clean_attempts(store, now=T0 + dt.timedelta(hours=1))
+    assert early.kept == 1
+    publish(store, "winner", H5, write_attempt(store, "winner", H5, []), created_at=T0)
+    seen = clean_attempts(store, now=T0 + RETENTION)
+    assert seen.settled == 0 and seen.waiting == 1  # loser/05, first seen superseded now
+    gone = clean_attempts(store, now=T0 + 2 * RETENTION)
+    assert ("loser", "1995-08-01T05") in gone.deleted_units
+    assert list_attempts(store) == ["winner"]
+
+
+def test_a_registry_of_the_previous_format_settles_nothing(tmp_path):
+    store = LocalObjectStore(tmp_path / "lake")
+    publish(store, "a", H5, write_attempt(store, "a", H5, []))
+    previous = '{"format": "bq_platform.attempt_registry/2", "last_full_pass": null, '
+    store.write_text(layout.ATTEMPT_REGISTRY_KEY, previous + '"first_seen": {}}')
+    assert clean_attempts(store, now=T0 + RETENTION).settled == 0
+    assert clean_attempts(store, now=T0 + RETENTION).settled == 1
 
 
 @pytest.mark.emulator

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bq_platform.lib import layout
-from bq_platform.lib.manifest import ManifestError
+from bq_platform.lib.manifest import HourManifest, ManifestError
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.superseded import (
     SupersededRecord,
@@ -86,3 +86,32 @@ def test_a_bad_record_is_reported_by_name_not_used(tmp_path, change):
     assert records[superseded_record_key("good")].units == (("old", L5),)
     round_trip = SupersededRecord.from_json(SupersededRecord("x", T0, ()).to_json())
     assert round_trip.written_at == T0 and round_trip.written_at.utcoffset() == dt.timedelta(0)
+
+
+class _KilledAtTheManifests(LocalObjectStore):
+    """A store whose writer dies at the first hour manifest (a kill -9 between steps)."""
+
+    def write_text(self, key: str, text: str) -> None:
+        if key.endswith(layout.HOUR_MANIFEST_NAME):
+            raise KeyboardInterrupt("killed")
+        super().write_text(key, text)
+
+
+@pytest.mark.spark
+def test_a_build_records_what_it_displaces_before_its_manifests(spark, tmp_path) -> None:
+    """The build writes its record first (lib/build.py): killed before its manifests, the
+    record names the displaced attempt, whose manifest is still the current one."""
+    from bq_platform.lib.build import build_hours
+    from bq_platform_tests.lib.build_inputs import H_NASA_1, NASA, land
+
+    store = LocalObjectStore(tmp_path / "lake")
+    line = b'h - - [01/Aug/1995:00:00:01 -0400] "GET /index.html HTTP/1.0" 200 1'
+    land(store, NASA, H_NASA_1, [line])
+    build_hours(spark, store, [H_NASA_1], attempt_id="first", visitor_key="k")
+    killed = _KilledAtTheManifests(tmp_path / "lake")
+    with pytest.raises(KeyboardInterrupt):
+        build_hours(spark, killed, [H_NASA_1], attempt_id="killed", visitor_key="k")
+    record = read_records(store)[superseded_record_key("killed")]
+    assert record.units == (("first", layout.hour_label(H_NASA_1)),)
+    current = store.read_text(layout.hour_manifest_key(H_NASA_1))
+    assert named_attempts(HourManifest.from_json(current)) == {"first"}
