@@ -15,8 +15,8 @@ then the hour manifests) and logs to the run through Pipes; the asset then reads
 manifests it wrote (:func:`launched_manifests`) and reports the same metadata and checks.
 Dataproc's ``PipesDataprocJobClient`` runs the same application (docs/production.md); no
 resource here wraps it yet: it cannot be run offline, and the job's settings, the visitor key
-among them, must reach the cluster's driver (``spark-env`` cluster properties or a secret
-store), which is the deployment's choice.
+among them, must reach the cluster's driver (an initialization action and a secret store),
+which is the deployment's choice.
 """
 
 import abc
@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -36,7 +37,9 @@ from dagster_pyspark.resources import spark_session_from_config
 
 from bq_platform.defs.partitions import FIRST_HOUR
 from bq_platform.lib.build import build_hours
+from bq_platform.lib.build_job import read_error
 from bq_platform.lib.hours import hour_label
+from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
@@ -65,8 +68,8 @@ class HourlyBuildResource(dg.ConfigurableResource, abc.ABC):
 
         Raises:
             LandingError: in process, a landed file is missing or disagrees with its manifest.
-            dagster.DagsterPipesExecutionError: out of process, the application failed (its
-                error is in the run's log).
+            DagsterPipesExecutionError: out of process, the application failed (its error is
+                in the run's log; ``dagster._core.errors``, raised by Dagster's Pipes clients).
             RuntimeError: out of process, an hour manifest is missing or names another attempt
                 after the application succeeded.
         """
@@ -137,11 +140,25 @@ class SparkSubmitBuild(HourlyBuildResource):
         return [*args, str(BUILD_APP), *_hours_arguments(hours, attempt_id)]
 
     def build(self, context, store, hours, *, attempt_id, settings) -> list[HourManifest]:
+        """See :meth:`HourlyBuildResource.build`. A landing fault in the application is raised
+        here as the :class:`~bq_platform.lib.landing.LandingError` it was (so ``fail_fast``
+        does not retry it, as in process), from the error file the application writes
+        (:func:`~bq_platform.lib.build_job.write_error`)."""
         command = self.command(hours, attempt_id)
         context.log.info("launching the build: %s", " ".join(command[:3] + command[-5:]))
-        with warnings.catch_warnings():  # Dagster's client calls a preview API of its own
-            warnings.simplefilter("ignore", dg.PreviewWarning)  # (expected_writer_count)
-            dg.PipesSubprocessClient().run(command=command, context=context)
+        with tempfile.TemporaryDirectory(prefix="bq-platform-build-") as folder:
+            error_file = os.path.join(folder, "error.json")
+            try:
+                with warnings.catch_warnings():  # Dagster's client calls a preview API of its
+                    warnings.simplefilter("ignore", dg.PreviewWarning)  # own (writer count)
+                    dg.PipesSubprocessClient().run(
+                        command=[*command, "--error-file", error_file], context=context
+                    )
+            except Exception:  # the client's DagsterPipesExecutionError is not public API
+                error = read_error(error_file)
+                if error is not None and error["error"] == LandingError.__name__:
+                    raise LandingError(error["message"]) from None
+                raise
         return launched_manifests(store, hours, attempt_id)
 
 

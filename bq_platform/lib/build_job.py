@@ -102,6 +102,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("first", nargs="?", help="first UTC hour, YYYY-MM-DDTHH")
     parser.add_argument("last", nargs="?", help="last UTC hour (included); default: first")
     parser.add_argument("--attempt-id", help="[A-Za-z0-9_-]+; default submit-<UTC time>-<hex>")
+    parser.add_argument(
+        "--error-file",
+        help="on a failed build, write {error, message} here as JSON for the launcher (a landing "
+        "fault is then not logged: the launcher raises it)",
+    )
     for name in PIPES_ARGUMENTS:
         parser.add_argument(name, help=argparse.SUPPRESS)
     return parser.parse_args(list(argv))
@@ -243,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pipes.log.error(f"build_hours: {exc}")
             return 2
         log = pipes.log if pipes is not None else _LOG
-        return _build(log, pipes, store, hours, attempt_id, key, window, settings)
+        return _build(log, pipes, store, hours, attempt_id, key, window, settings, args.error_file)
 
 
 def _build(
@@ -255,8 +260,10 @@ def _build(
     key: str,
     window: HourWindow,
     settings: dict[str, Any],
+    error_file: str | None,
 ) -> int:
-    """Start the session, build, print the summary and report it under Pipes."""
+    """Start the session, build, print the summary and report it under Pipes; on a failure,
+    write ``error_file`` (:func:`write_error`) when given."""
     from bq_platform.lib.build import build_hours
     from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
     from bq_platform.lib.landing import LandingError
@@ -281,10 +288,15 @@ def _build(
             lines_per_pass=settings.get("lines_per_pass", DEFAULT_LINES_PER_PASS),
         )
     except LandingError as exc:  # names the file and what to do: no traceback
-        log.error("build %s failed: %s", attempt_id, exc)
+        if error_file:  # the launcher raises it: printed once, there
+            write_error(error_file, exc)
+        else:
+            log.error("build %s failed: %s", attempt_id, exc)
         return 1
-    except Exception:  # noqa: BLE001 - printed once, with its traceback, as the job's outcome
+    except Exception as exc:  # noqa: BLE001 - printed once, with its traceback
         log.exception("build %s failed", attempt_id)
+        if error_file:
+            write_error(error_file, exc)
         return 1
     finally:
         for spark in sessions:
@@ -300,6 +312,27 @@ def _build(
             | {"problems": {"raw_value": result["problems"], "type": "json"}}
         )
     return 0
+
+
+def write_error(path: str, exc: BaseException) -> None:
+    """Write ``{"error": <exception class name>, "message": str(exc)}`` to the local file
+    ``path``: how the launcher on the same machine (``defs/hourly_build.SparkSubmitBuild``)
+    learns that a landing fault failed the build, which Dagster must not retry; Pipes' client
+    raises on the exit status before its messages can be read."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"error": type(exc).__name__, "message": str(exc)}, handle)
+
+
+def read_error(path: str) -> dict[str, str] | None:
+    """What :func:`write_error` wrote to ``path``, or None (no such file, or not its JSON)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not {"error", "message"} <= data.keys():
+        return None
+    return {"error": str(data["error"]), "message": str(data["message"])}
 
 
 if __name__ == "__main__":

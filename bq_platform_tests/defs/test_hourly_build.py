@@ -4,6 +4,7 @@ through Pipes, which reports what the in-process build reports."""
 
 import datetime as dt
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from bq_platform.lib import layout
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.spark import spark_config
-from bq_platform_tests.defs.conftest import CountingSparkResource, Pipeline
+from bq_platform_tests.defs.conftest import SITE, CountingSparkResource, Pipeline
 
 
 class FakeSession:
@@ -152,6 +153,17 @@ def test_the_environment_chooses_where_the_build_runs(monkeypatch) -> None:
         hourly_build(spark_config("local[2]"))
 
 
+def with_build(pipeline: Pipeline, launcher: SparkSubmitBuild) -> dg.Definitions:
+    """The pipeline's definitions with ``launcher`` as the ``spark`` resource."""
+    return dg.Definitions(
+        assets=pipeline.definitions.assets,
+        asset_checks=pipeline.definitions.asset_checks,
+        jobs=pipeline.definitions.jobs,
+        resources={**pipeline.resources, "spark": launcher},
+        executor=dg.in_process_executor,
+    )
+
+
 @pytest.mark.spark
 def test_a_spark_submit_build_reports_what_an_in_process_build_reports(
     pipeline: Pipeline, monkeypatch
@@ -174,13 +186,7 @@ def test_a_spark_submit_build_reports_what_an_in_process_build_reports(
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     launcher = hourly_build(spark_config("local[2]", shuffle_partitions=2))
-    definitions = dg.Definitions(
-        assets=pipeline.definitions.assets,
-        asset_checks=pipeline.definitions.asset_checks,
-        jobs=pipeline.definitions.jobs,
-        resources={**pipeline.resources, "spark": launcher},
-        executor=dg.in_process_executor,
-    )
+    definitions = with_build(pipeline, launcher)
     submitted = definitions.resolve_job_def("pageviews_hourly_job").execute_in_process(
         instance=pipeline.instance, tags=tags
     )
@@ -205,3 +211,35 @@ def test_a_spark_submit_build_reports_what_an_in_process_build_reports(
     assert reported(submitted) == reported(local)
     by_hour = {m[0]: m[1:] for m in reported(submitted)[0]}
     assert by_hour[hour_label(day[7])] == (30, 0) and by_hour[hour_label(day[8])] == (0, 12)
+
+
+@pytest.mark.spark
+def test_a_landing_fault_in_a_spark_submit_build_fails_once_naming_the_file(
+    pipeline: Pipeline, monkeypatch
+) -> None:
+    """The application's landing fault reaches the asset as the ``LandingError`` it was (by
+    its error file), so the step fails once with its message, not retried as a crash of the
+    application would be (``defs/errors.py``)."""
+    hour = dt.datetime(1995, 8, 1, 7, tzinfo=dt.UTC)
+    pipeline.land(hour, 5)
+    data_keys = [
+        k
+        for k in pipeline.store.list_keys(layout.landing_hour_prefix(SITE, hour) + "/")
+        if k.endswith(layout.LANDED_DATA_SUFFIX)
+    ]
+    assert len(data_keys) == 1
+    os.remove(pipeline.store.uri(data_keys[0]))  # lost after its manifest was written
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    launcher = SparkSubmitBuild(spark_config=spark_config("local[1]", shuffle_partitions=2))
+    definitions = with_build(pipeline, launcher)
+    result = definitions.resolve_job_def("pageviews_hourly_job").execute_in_process(
+        instance=pipeline.instance, partition_key=hour_label(hour), raise_on_error=False
+    )
+    assert not result.success
+    retried = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert retried == []
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.message
+    assert "LandingError" in message and data_keys[0] in message
+    assert not pipeline.store.exists(layout.hour_manifest_key(hour))

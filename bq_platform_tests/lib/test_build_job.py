@@ -224,3 +224,15 @@ def test_under_pipes_spark_submit_builds_what_the_dagster_process_builds(
         metadata["rejected"].value == sum(c.rejected for m in local.values() for c in m.counts) > 0
     )
     assert metadata["problems"].value == []
+
+
+def test_the_error_file_round_trips_and_garbage_reads_as_none(tmp_path) -> None:
+    path = str(tmp_path / "error.json")
+    assert build_job.read_error(path) is None  # never written: the application crashed
+    build_job.write_error(path, ValueError("landing/x.log.gz: gone"))
+    assert build_job.read_error(path) == {
+        "error": "ValueError",
+        "message": "landing/x.log.gz: gone",
+    }
+    (tmp_path / "error.json").write_text('{"error": "LandingError"')
+    assert build_job.read_error(path) is None
