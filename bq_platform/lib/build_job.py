@@ -1,74 +1,37 @@
-"""The hourly build as a Spark application of its own: ``spark-submit``, a Dataproc PySpark job,
-or Dagster Pipes (issue 9, "A real cluster"; docs/production.md, "The build on a Spark cluster").
+"""The hourly build as a Spark application of its own: what ``spark_apps/build_hours.py`` (the
+main file for ``spark-submit``, a Dataproc PySpark job or Dagster Pipes) runs, as plain functions
+(issue 9, "A real cluster"; docs/production.md, "Dataproc, Pipes or ``spark-submit``").
 
-The same :func:`bq_platform.lib.build.build_hours` as the ``pageview_files`` asset, with the
-same settings, run outside the Dagster process::
+- :func:`resolve_job`: the hours, the attempt ID and the settings a Dagster run would use, from
+  the arguments and the environment (:mod:`bq_platform.lib.environment`): ``BQ_PLATFORM_ENV``
+  and its lake, ``BQ_PLATFORM_VISITOR_KEY`` (required in ``prod``: the visitor IDs and the
+  sample must be the Dagster runs' own), ``BQ_PLATFORM_FIRST_HOUR``,
+  ``BQ_PLATFORM_LINES_PER_PASS``;
+- :func:`run_job`: the same :func:`bq_platform.lib.build.build_hours` as the ``pageview_files``
+  asset, in the session :func:`job_session` gives (``spark-submit``'s own under it);
+- :func:`summary`: what the application prints or reports;
+- :func:`pipes_context`: the Dagster Pipes context when Dagster launched the process;
+- :func:`write_error` / :func:`read_error`: how a landing fault reaches the launcher.
 
-    spark-submit --master spark://host:7077 \\
-        --conf spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods \\
-        --conf spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods \\
-        [--py-files bq_platform-<version>-py3-none-any.whl] \\
-        bq_platform/spark_apps/build_hours.py 1995-08-01T00 1995-08-01T23
-
-    python -m bq_platform.lib.build_job 1995-08-01T00 1995-08-01T23   # PySpark starts the JVM
-
-Arguments: the first and the last UTC hour (``YYYY-MM-DDTHH``, both included; the last defaults
-to the first) and ``--attempt-id`` (``[A-Za-z0-9_-]+``; default ``submit-<UTC time>-<random>``):
-the outputs go under that attempt's prefix and the hour manifests name them, so a re-run is a
-new attempt that replaces the hours whole, as a Dagster retry does.
-
-Settings come from the environment, as for ``bq-platform`` (:mod:`bq_platform.lib.environment`):
-``BQ_PLATFORM_ENV`` and its lake (``BQ_PLATFORM_HOME``, or ``BQ_PLATFORM_GCP_PROJECT`` and
-``BQ_PLATFORM_BUCKET``), ``BQ_PLATFORM_VISITOR_KEY`` (required in ``prod``: the visitor IDs and the
-sample must be the Dagster runs' own), ``BQ_PLATFORM_FIRST_HOUR`` and
-``BQ_PLATFORM_LINES_PER_PASS``. Under ``spark-submit`` the session is the one it configured
-(:func:`job_session`).
-
-Output: progress on stderr (Python logging, INFO), then one JSON line on stdout
-(:func:`summary`; not under Pipes, where it is the materialization's metadata), the last line
-this process writes (``spark-submit`` merges a Python application's stderr into its stdout;
-Spark's own log4j lines go to its stderr). Exit status:
-
-- 0: the hours are built. An hour that does not balance is built too (its manifest says so,
-  as the asset's does): each problem is logged as an ERROR and listed in the summary's
-  ``problems``, and the accounting check and the daily publish hold it, as for a build in the
-  Dagster process;
-- 1: the build raised (a :class:`~bq_platform.lib.landing.LandingError` names the landed file
-  and what to do; no hour manifest is written then);
-- 2: bad arguments or settings, named.
-
-Under Dagster Pipes (launched by ``PipesDataprocJobClient``, which adds
-``--dagster-pipes-context`` / ``--dagster-pipes-messages`` to the job's arguments, or by
-``PipesSubprocessClient``, which sets ``DAGSTER_PIPES_CONTEXT``):
-
-- the attempt ID is the asset's own, ``<run ID>-<retry number>``;
-- progress goes to the Dagster run's log, and the summary is reported as a materialization's
-  metadata (an asset that returns the client's ``get_results()`` materializes each partition of
-  its run with it; the shipped ``pageview_files`` reads the hour manifests instead:
-  :mod:`bq_platform.defs.hourly_build`);
-- messages go back through GCS when the orchestrator's reader is ``PipesGCSMessageReader`` (its
-  parameters name a bucket), else through Pipes' default file channel;
-- the asset passes ``context.partition_key_range``'s start and end as the two hours. Without
-  them the job takes the run's partition, but for a run of several partitions (a backfill's
-  day) Dagster 1.13 sends the external process no partition at all
-  (``build_external_execution_context_data`` in ``dagster/_core/pipes/context.py`` fills the
-  range only when ``context.has_partition_key``).
+Under Dagster Pipes the attempt ID is the asset's own, ``<run ID>-<retry number>``. The asset
+passes ``context.partition_key_range``'s start and end as the two hours: for a run of several
+partitions (a backfill's day) Dagster 1.13 sends the external process no partition at all
+(``build_external_execution_context_data`` in ``dagster/_core/pipes/context.py`` fills the range
+only when ``context.has_partition_key``), so the run's partition is only a fallback.
 """
 
-import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
-import logging
 import os
 import secrets
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bq_platform.lib import environment
 from bq_platform.lib.accounting import accounting_problems
+from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
 from bq_platform.lib.hour_manifests import sum_counts
 from bq_platform.lib.hours import hour_label, hours_between, parse_hour
 from bq_platform.lib.layout import attempt_prefix
@@ -76,7 +39,6 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 
-_LOG = logging.getLogger("bq_platform.lib.build_job")  # also when run as __main__
 #: Pipes' CLI arguments (``dagster_pipes.DAGSTER_PIPES_CONTEXT_CLI_ARGUMENT`` and the messages
 #: one): accepted and left to ``dagster_pipes``, which reads them from ``sys.argv`` itself.
 PIPES_ARGUMENTS = ("--dagster-pipes-context", "--dagster-pipes-messages")
@@ -88,28 +50,6 @@ _RUNTIME_SQL = (
     "spark.sql.adaptive.enabled",
     "spark.sql.sources.partitionOverwriteMode",
 )
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The job's arguments: ``first``/``last`` (hour strings or None) and ``attempt_id``.
-
-    Raises:
-        SystemExit: status 2, with argparse's usage message, for an unknown option.
-    """
-    parser = argparse.ArgumentParser(
-        prog="build_hours", description="Build the pageview files of a range of UTC hours."
-    )
-    parser.add_argument("first", nargs="?", help="first UTC hour, YYYY-MM-DDTHH")
-    parser.add_argument("last", nargs="?", help="last UTC hour (included); default: first")
-    parser.add_argument("--attempt-id", help="[A-Za-z0-9_-]+; default submit-<UTC time>-<hex>")
-    parser.add_argument(
-        "--error-file",
-        help="on a failed build, write {error, message} here as JSON for the launcher (a landing "
-        "fault is then not logged: the launcher raises it)",
-    )
-    for name in PIPES_ARGUMENTS:
-        parser.add_argument(name, help=argparse.SUPPRESS)
-    return parser.parse_args(list(argv))
 
 
 def hour_range(first: str, last: str | None) -> list[dt.datetime]:
@@ -214,104 +154,88 @@ def pipes_context(argv: Sequence[str]) -> Iterator[Any]:
         yield context
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the job (see the module docstring); returns the exit status.
+@dataclasses.dataclass(frozen=True)
+class BuildJob:
+    """One run of the application: ``hours`` (UTC, in order), ``attempt_id``, the lake
+    ``store``, the ``visitor_key``, the partitions' ``window`` and ``lines_per_pass``."""
+
+    hours: list[dt.datetime]
+    attempt_id: str
+    store: ObjectStore
+    visitor_key: str
+    window: HourWindow
+    lines_per_pass: int
+
+
+def resolve_job(
+    first: str | None, last: str | None, attempt_id: str | None, pipes: Any = None
+) -> BuildJob:
+    """The job the arguments and the environment ask for.
+
+    ``first``/``last``: hour strings (:func:`hour_range`); None: the Pipes run's partition
+    range, when there is one. ``attempt_id``: None gives the Pipes run's ``<run ID>-<retry
+    number>``, else :func:`default_attempt_id`. ``pipes``: the :func:`pipes_context`, or None.
 
     Raises:
-        SystemExit: status 2 for bad arguments or settings.
+        ValueError: naming what is wrong: no first hour, a malformed hour or attempt ID, an
+            unknown ``BQ_PLATFORM_ENV``, a production variable unset (the visitor key is checked
+            before any storage client is built), a malformed whole number.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("bq_platform").setLevel(logging.INFO)  # py4j's INFO lines stay out
-    with pipes_context(argv) as pipes:
-        try:
-            first, last = args.first, args.last
-            if first is None and pipes is not None and pipes.is_partition_step:
-                first, last = pipes.partition_key_range.start, pipes.partition_key_range.end
-            if first is None:
-                raise ValueError("give the first UTC hour (YYYY-MM-DDTHH)")
-            hours = hour_range(first, last)
-            attempt_id = args.attempt_id or (
-                f"{pipes.run_id}-{pipes.retry_number}" if pipes is not None else None
-            )
-            attempt_id = attempt_id or default_attempt_id()
-            attempt_prefix(attempt_id)  # validates
-            env = environment.env_name()
-            key = environment.visitor_key(env)  # first: no storage client without a key
-            store = environment.object_store(env)
-            settings = environment.pipeline_settings(env)
-            window = HourWindow.until_now(environment.first_hour())
-        except ValueError as exc:
-            print(f"build_hours: error: {exc}", file=sys.stderr)
-            if pipes is not None:  # the Dagster run's log says why, too
-                pipes.log.error(f"build_hours: {exc}")
-            return 2
-        log = pipes.log if pipes is not None else _LOG
-        return _build(log, pipes, store, hours, attempt_id, key, window, settings, args.error_file)
+    if first is None and pipes is not None and pipes.is_partition_step:
+        first, last = pipes.partition_key_range.start, pipes.partition_key_range.end
+    if first is None:
+        raise ValueError("give the first UTC hour (YYYY-MM-DDTHH)")
+    hours = hour_range(first, last)
+    if attempt_id is None and pipes is not None:
+        attempt_id = f"{pipes.run_id}-{pipes.retry_number}"
+    attempt_id = attempt_id or default_attempt_id()
+    attempt_prefix(attempt_id)  # validates
+    env = environment.env_name()
+    key = environment.visitor_key(env)
+    store = environment.object_store(env)
+    settings = environment.pipeline_settings(env)
+    return BuildJob(
+        hours=hours,
+        attempt_id=attempt_id,
+        store=store,
+        visitor_key=key,
+        window=HourWindow.until_now(environment.first_hour()),
+        lines_per_pass=settings.get("lines_per_pass", DEFAULT_LINES_PER_PASS),
+    )
 
 
-def _build(
-    log: Any,
-    pipes: Any,
-    store: ObjectStore,
-    hours: list[dt.datetime],
-    attempt_id: str,
-    key: str,
-    window: HourWindow,
-    settings: dict[str, Any],
-    error_file: str | None,
-) -> int:
-    """Start the session, build, print the summary and report it under Pipes; on a failure,
-    write ``error_file`` (:func:`write_error`) when given."""
+def run_job(job: BuildJob, log: Any) -> list[HourManifest]:
+    """Build ``job`` with :func:`~bq_platform.lib.build.build_hours`, logging to ``log``; the
+    session (:func:`job_session`) starts once the landed files are verified (none when nothing
+    landed) and is stopped before this returns or raises.
+
+    Raises:
+        LandingError: a landed file is missing, disagrees with its manifest or is not gzip.
+        Exception: whatever else the build raises.
+    """
     from bq_platform.lib.build import build_hours
-    from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
-    from bq_platform.lib.landing import LandingError
 
-    started = time.monotonic()
     sessions: list[Any] = []
 
-    def session() -> Any:  # started once the landed files are verified; none if none landed
+    def session() -> Any:
         if not sessions:
             sessions.append(job_session())
         return sessions[0]
 
     try:
-        manifests = build_hours(
+        return build_hours(
             session,
-            store,
-            hours,
-            attempt_id=attempt_id,
-            visitor_key=key,
-            window=window,
+            job.store,
+            job.hours,
+            attempt_id=job.attempt_id,
+            visitor_key=job.visitor_key,
+            window=job.window,
             log=log,
-            lines_per_pass=settings.get("lines_per_pass", DEFAULT_LINES_PER_PASS),
+            lines_per_pass=job.lines_per_pass,
         )
-    except LandingError as exc:  # names the file and what to do: no traceback
-        if error_file:  # the launcher raises it: printed once, there
-            write_error(error_file, exc)
-        else:
-            log.error("build %s failed: %s", attempt_id, exc)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - printed once, with its traceback
-        log.exception("build %s failed", attempt_id)
-        if error_file:
-            write_error(error_file, exc)
-        return 1
     finally:
         for spark in sessions:
             spark.stop()
-    result = summary(manifests, attempt_id, time.monotonic() - started)
-    for problem in result["problems"]:
-        log.error("accounting does not balance: %s", problem)
-    if pipes is None:  # under Pipes the summary is the materialization's metadata instead
-        print(json.dumps(result), flush=True)
-    else:
-        pipes.report_asset_materialization(
-            metadata={k: v for k, v in result.items() if k != "problems"}
-            | {"problems": {"raw_value": result["problems"], "type": "json"}}
-        )
-    return 0
 
 
 def write_error(path: str, exc: BaseException) -> None:
@@ -333,7 +257,3 @@ def read_error(path: str) -> dict[str, str] | None:
     if not isinstance(data, dict) or not {"error", "message"} <= data.keys():
         return None
     return {"error": str(data["error"]), "message": str(data["message"])}
-
-
-if __name__ == "__main__":
-    sys.exit(main())
