@@ -30,7 +30,7 @@ stderr into its stdout; Spark's own log4j lines go to its stderr). Exit status:
   Dagster process;
 - 1: the build raised (a :class:`~bq_platform.lib.landing.LandingError` names the landed file
   and what to do; no hour manifest is written then);
-- 2: bad arguments or settings, named.
+- 2: bad arguments or settings, named (argparse's usage error, or one ERROR line).
 
 Under Dagster Pipes (launched by ``PipesDataprocJobClient``, which adds
 ``--dagster-pipes-context`` / ``--dagster-pipes-messages`` to the job's arguments, or by
@@ -92,14 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     with pipes_context(argv) as pipes:
+        log = pipes.log if pipes is not None else _LOG
         try:
             job = resolve_job(args.first, args.last, args.attempt_id, pipes)
-        except ValueError as exc:
-            print(f"build_hours: error: {exc}", file=sys.stderr)
-            if pipes is not None:  # the Dagster run's log says why, too
-                pipes.log.error(f"build_hours: {exc}")
+        except ValueError as exc:  # names the argument or variable: no traceback
+            log.error("build_hours: %s", exc)
             return 2
-        log = pipes.log if pipes is not None else _LOG
         started = time.monotonic()
         try:
             manifests = run_job(job, log)
@@ -117,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = summary(manifests, job.attempt_id, time.monotonic() - started)
         for problem in result["problems"]:
             log.error("accounting does not balance: %s", problem)
-        if pipes is None:  # under Pipes the summary is the materialization's metadata instead
+        if pipes is None:  # the program's result, on stdout; under Pipes it is the metadata
             print(json.dumps(result), flush=True)
         else:
             pipes.report_asset_materialization(

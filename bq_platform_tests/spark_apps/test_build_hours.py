@@ -52,20 +52,21 @@ def test_arguments_accept_pipes_parameters_and_refuse_unknown_options(capsys) ->
     assert "unrecognized arguments: --hours" in capsys.readouterr().err
 
 
-def test_bad_settings_exit_2_printed_once(monkeypatch, capsys) -> None:
+def test_bad_settings_exit_2_logged_once(monkeypatch, caplog) -> None:
     monkeypatch.setenv("BQ_PLATFORM_ENV", "prod")
     monkeypatch.delenv("BQ_PLATFORM_VISITOR_KEY", raising=False)
     assert app.main(["1995-08-01T04"]) == 2
-    err = capsys.readouterr().err
-    assert err == (
-        "build_hours: error: BQ_PLATFORM_ENV=prod: set BQ_PLATFORM_VISITOR_KEY (README, "
-        "'Running on Google Cloud')\n"
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage() == (
+        "build_hours: BQ_PLATFORM_ENV=prod: set BQ_PLATFORM_VISITOR_KEY (README, "
+        "'Running on Google Cloud')"
     )
+    assert record.exc_info is None
 
 
-def test_no_hours_exit_2(capsys) -> None:
+def test_no_hours_exit_2(caplog) -> None:
     assert app.main([]) == 2
-    assert "give the first UTC hour" in capsys.readouterr().err
+    assert "give the first UTC hour" in caplog.text
 
 
 def test_a_landed_file_gone_fails_the_job_naming_it_before_spark_starts(
