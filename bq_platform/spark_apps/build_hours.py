@@ -47,6 +47,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+import click
+
 from bq_platform.lib.build_job import (
     PIPES_ARGUMENTS,
     pipes_context,
@@ -116,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in result["problems"]:
             log.error("accounting does not balance: %s", problem)
         if pipes is None:  # the program's result, on stdout; under Pipes it is the metadata
-            print(json.dumps(result), flush=True)
+            click.echo(json.dumps(result))  # as bq-platform writes its output (cli.py)
         else:
             pipes.report_asset_materialization(
                 metadata={k: v for k, v in result.items() if k != "problems"}
