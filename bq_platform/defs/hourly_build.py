@@ -36,6 +36,7 @@ from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 
 from bq_platform.defs.partitions import FIRST_HOUR
+from bq_platform.lib import environment, layout
 from bq_platform.lib.build import build_hours
 from bq_platform.lib.build_job import read_error
 from bq_platform.lib.hours import hour_label
@@ -67,7 +68,10 @@ class HourlyBuildResource(dg.ConfigurableResource, abc.ABC):
         manifests written, in hour order. ``settings`` is the run's ``PipelineSettings``.
 
         Raises:
-            LandingError: in process, a landed file is missing or disagrees with its manifest.
+            LandingError: a landed file is missing or disagrees with its manifest (out of
+                process: as the application reported it).
+            dagster.Failure: out of process, the application would build another lake than
+                the run's object store (not retried).
             DagsterPipesExecutionError: out of process, the application failed (its error is
                 in the run's log; ``dagster._core.errors``, raised by Dagster's Pipes clients).
             RuntimeError: out of process, an hour manifest is missing or names another attempt
@@ -145,6 +149,13 @@ class SparkSubmitBuild(HourlyBuildResource):
         does not retry it, as in process), from the error file the application writes
         (:func:`~bq_platform.lib.build_job.write_error`)."""
         command = self.command(hours, attempt_id)
+        _check_same_lake(store)
+        # The run's own settings, not the application's reading of the environment: the same
+        # visitor IDs and sample whatever the resource was configured with.
+        env = {
+            "BQ_PLATFORM_VISITOR_KEY": settings.visitor_key,
+            "BQ_PLATFORM_LINES_PER_PASS": str(settings.lines_per_pass),
+        }
         context.log.info("launching the build: %s", " ".join(command[:3] + command[-5:]))
         with tempfile.TemporaryDirectory(prefix="bq-platform-build-") as folder:
             error_file = os.path.join(folder, "error.json")
@@ -152,7 +163,7 @@ class SparkSubmitBuild(HourlyBuildResource):
                 with warnings.catch_warnings():  # Dagster's client calls a preview API of its
                     warnings.simplefilter("ignore", dg.PreviewWarning)  # own (writer count)
                     dg.PipesSubprocessClient().run(
-                        command=[*command, "--error-file", error_file], context=context
+                        command=[*command, "--error-file", error_file], context=context, env=env
                     )
             except Exception:  # the client's DagsterPipesExecutionError is not public API
                 error = read_error(error_file)
@@ -160,6 +171,33 @@ class SparkSubmitBuild(HourlyBuildResource):
                     raise LandingError(error["message"]) from None
                 raise
         return launched_manifests(store, hours, attempt_id)
+
+
+def _check_same_lake(store: ObjectStore) -> None:
+    """Refuse to launch when the application would build another lake than the run's.
+
+    The application finds its lake from ``BQ_PLATFORM_ENV`` and its variables
+    (:func:`~bq_platform.lib.environment.object_store`); the run's ``object_store`` resource
+    may be configured otherwise (the launchpad, a test). Compared by the URI of the landing
+    zone; no request is sent.
+
+    Raises:
+        dagster.Failure: not retried (``allow_retries=False``), naming both lakes.
+    """
+    ours = store.uri(layout.LANDING_PREFIX)
+    try:
+        theirs = environment.object_store(environment.env_name()).uri(layout.LANDING_PREFIX)
+    except ValueError as exc:
+        theirs = f"none ({exc})"
+    if theirs != ours:
+        raise dg.Failure(
+            description=(
+                f"BQ_PLATFORM_BUILD=spark-submit: the build application reads the lake from the "
+                f"environment ({theirs}), but this run's object_store resource is {ours}: "
+                "configure the resource from the same variables (defs/resources.py)"
+            ),
+            allow_retries=False,
+        )
 
 
 def _installed_spark_submit() -> str:
@@ -275,7 +313,7 @@ def import_pyspark_converters() -> None:
         )
 
 
-#: ``BQ_PLATFORM_BUILD``'s values: where the hourly build runs (:mod:`.hourly_build`).
+#: ``BQ_PLATFORM_BUILD``'s values: where the hourly build runs (see the module docstring).
 BUILDS: tuple[str, ...] = ("in-process", "spark-submit")
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import dagster as dg
 import dagster_pyspark.resources
@@ -15,9 +16,11 @@ import pytest
 
 from bq_platform.defs import hourly_build as module
 from bq_platform.defs.hourly_build import BUILD_APP, SparkResource, SparkSubmitBuild, hourly_build
+from bq_platform.defs.resources import LocalObjectStoreResource
 from bq_platform.lib import layout
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
+from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.spark import spark_config
 from bq_platform_tests.defs.conftest import SITE, CountingSparkResource, Pipeline
 
@@ -153,13 +156,14 @@ def test_the_environment_chooses_where_the_build_runs(monkeypatch) -> None:
         hourly_build(spark_config("local[2]"))
 
 
-def with_build(pipeline: Pipeline, launcher: SparkSubmitBuild) -> dg.Definitions:
-    """The pipeline's definitions with ``launcher`` as the ``spark`` resource."""
+def with_build(pipeline: Pipeline, launcher: SparkSubmitBuild, **resources: Any) -> dg.Definitions:
+    """The pipeline's definitions with ``launcher`` as the ``spark`` resource (and any other
+    resource given)."""
     return dg.Definitions(
         assets=pipeline.definitions.assets,
         asset_checks=pipeline.definitions.asset_checks,
         jobs=pipeline.definitions.jobs,
-        resources={**pipeline.resources, "spark": launcher},
+        resources={**pipeline.resources, **resources, "spark": launcher},
         executor=dg.in_process_executor,
     )
 
@@ -181,7 +185,15 @@ def test_a_spark_submit_build_reports_what_an_in_process_build_reports(
     job = pipeline.definitions.resolve_job_def("pageviews_hourly_job")
     local = job.execute_in_process(instance=pipeline.instance, tags=tags)
     assert local.success and len(CountingSparkResource.setups) == 1
+    fingerprints = {
+        hour: HourManifest.from_json(
+            pipeline.store.read_text(layout.hour_manifest_key(hour))
+        ).fingerprint
+        for hour in day
+    }
 
+    # The run's settings reach the application, not the environment's (a decoy key here).
+    monkeypatch.setenv("BQ_PLATFORM_VISITOR_KEY", "not-the-runs-key")
     monkeypatch.setenv("BQ_PLATFORM_BUILD", "spark-submit")
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
@@ -195,6 +207,7 @@ def test_a_spark_submit_build_reports_what_an_in_process_build_reports(
     for hour in day:
         manifest = HourManifest.from_json(pipeline.store.read_text(layout.hour_manifest_key(hour)))
         assert manifest.attempt_id == f"{submitted.run_id}-0"
+        assert manifest.fingerprint == fingerprints[hour]  # the same visitor key
 
     def reported(result: dg.ExecuteInProcessResult) -> tuple[list, list]:
         materializations = sorted(
@@ -243,3 +256,21 @@ def test_a_landing_fault_in_a_spark_submit_build_fails_once_naming_the_file(
     message = failure.step_failure_data.error.message
     assert "LandingError" in message and data_keys[0] in message
     assert not pipeline.store.exists(layout.hour_manifest_key(hour))
+
+
+def test_a_spark_submit_build_of_another_lake_is_refused(pipeline: Pipeline, tmp_path) -> None:
+    """The application reads its lake from the environment; a run whose object_store resource
+    says otherwise fails at once, naming both, and is not retried (nothing is launched)."""
+    elsewhere = LocalObjectStore(tmp_path / "elsewhere")
+    hour = dt.datetime(1995, 8, 1, 7, tzinfo=dt.UTC)
+    launcher = SparkSubmitBuild(spark_config=spark_config("local[1]"), spark_submit="/bin/false")
+    other = LocalObjectStoreResource(root=str(elsewhere.root))
+    definitions = with_build(pipeline, launcher, object_store=other)
+    result = definitions.resolve_job_def("pageviews_hourly_job").execute_in_process(
+        instance=pipeline.instance, partition_key=hour_label(hour), raise_on_error=False
+    )
+    assert not result.success
+    assert [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == []
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.message
+    assert str(elsewhere.root) in message and str(pipeline.store.root) in message
