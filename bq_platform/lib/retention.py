@@ -24,8 +24,9 @@ again (issue 7). This module removes them per *unit* (one attempt's three folder
   (:mod:`bq_platform.lib.superseded`), so the record pass deletes it and the full pass never
   visits it again: its cost follows the attempts written since the last full pass, not the
   history (issue 9). The settled attempts' IDs are kept in the registry (~40 bytes each: a
-  year of daily attempts is ~15 KB); on a local disk a settled attempt whose every hour the
-  record pass deleted leaves empty folders (GCS has no folders). A unit is *superseded* when
+  year of daily attempts is ~15 KB, pruned to the attempts still listed); a settled attempt
+  whose every hour the record pass deleted is gone with its last unit (a deletion removes the
+  folders it empties, on a local disk as on GCS). A unit is *superseded* when
   its hour's manifest exists and names another
   attempt; a unit whose hour has no manifest is kept (its attempt may still be running). A
   superseded unit is deleted once it has been seen superseded for :data:`RETENTION` (first

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import io
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -287,6 +288,24 @@ def test_settled_attempts_are_not_visited_again_and_records_still_clean_them(tmp
     due = clean_staging(store, now=later + 2 * RETENTION)
     assert due.deleted_units == [("a", "1995-08-01T05")]
     assert attempt_hours(store, "a") == [H6]
+
+
+def test_a_settled_attempt_emptied_by_records_is_gone_and_forgotten(tmp_path):
+    """The record pass takes every hour of a settled attempt: its folders go with its last
+    unit, and the next full pass drops it from the settled attempts."""
+    store = LocalObjectStore(tmp_path / "lake")
+    publish(store, "a", H5, write_attempt(store, "a", H5, []))
+    assert clean_attempts(store, now=T0 + RETENTION).kept == 1  # a settles
+    record_superseded(store, "b", [("a", "1995-08-01T05")], now=T0 + RETENTION)
+    publish(store, "b", H5, write_attempt(store, "b", H5, []), created_at=T0 + RETENTION)
+
+    daily = clean_staging(store, now=T0 + 2 * RETENTION)  # the record pass only
+    assert not daily.full_pass and daily.deleted_units == [("a", "1995-08-01T05")]
+    assert list_attempts(store) == ["b"]
+    full = clean_staging(store, now=T0 + 2 * RETENTION, full=True)
+    assert full.settled == 0 and full.deleted_units == []
+    registry = json.loads(store.read_text(layout.ATTEMPT_REGISTRY_KEY))
+    assert registry["settled"] == ["b"]  # a is gone; b's manifest is a retention old
 
 
 def test_a_crash_between_the_record_and_the_manifests_loses_nothing(tmp_path):
