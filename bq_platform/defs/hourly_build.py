@@ -37,8 +37,7 @@ from dagster_pyspark.resources import spark_session_from_config
 
 from bq_platform.defs.partitions import FIRST_HOUR
 from bq_platform.lib import environment, layout
-from bq_platform.lib.build import build_hours
-from bq_platform.lib.build_job import read_error
+from bq_platform.lib.build_job import BuildJob, read_error, run_job
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.landing import LandingError
 from bq_platform.lib.manifest import HourManifest
@@ -137,7 +136,7 @@ class SparkSubmitBuild(HourlyBuildResource):
             FileNotFoundError: if no ``spark-submit`` is found.
             ValueError: if ``hours`` are not consecutive.
         """
-        program = self.spark_submit or _installed_spark_submit()
+        program = self.spark_submit or installed_spark_submit()
         config = dict(self.spark_config)
         args = [program, "--master", config.pop("spark.master", "local[*]")]
         args += [arg for key, value in config.items() for arg in ("--conf", f"{key}={value}")]
@@ -200,7 +199,7 @@ def _check_same_lake(store: ObjectStore) -> None:
         )
 
 
-def _installed_spark_submit() -> str:
+def installed_spark_submit() -> str:
     """PySpark's ``spark-submit`` beside this Python (a virtualenv's ``bin``), else on PATH.
 
     Raises:
@@ -235,16 +234,16 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
         self.start_in_background()
 
     def build(self, context, store, hours, *, attempt_id, settings) -> list[HourManifest]:
-        return build_hours(
-            lambda: self.spark_session,  # the session starts while the landing zone is checked
-            store,
-            hours,
+        job = BuildJob(
+            hours=hours,
             attempt_id=attempt_id,
+            store=store,
             visitor_key=settings.visitor_key,
             window=HourWindow.until_now(FIRST_HOUR),
-            log=context.log,
             lines_per_pass=settings.lines_per_pass,
         )
+        # the session starts beside the run, while the landing zone is checked
+        return run_job(job, context.log, session=lambda: self.spark_session)
 
     @property
     def is_local(self) -> bool:

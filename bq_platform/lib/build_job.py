@@ -204,10 +204,13 @@ def resolve_job(
     )
 
 
-def run_job(job: BuildJob, log: Any) -> list[HourManifest]:
-    """Build ``job`` with :func:`~bq_platform.lib.build.build_hours`, logging to ``log``; the
-    session (:func:`job_session`) starts once the landed files are verified (none when nothing
-    landed) and is stopped before this returns or raises.
+def run_job(job: BuildJob, log: Any, session: Any = None) -> list[HourManifest]:
+    """Build ``job`` with :func:`~bq_platform.lib.build.build_hours`, logging to ``log``.
+
+    ``session``: a function returning the SparkSession (the Dagster resource's, started
+    beside the run), called once the landed files are verified; the caller owns it. None: this
+    application's own (:func:`job_session`), started then (never when nothing landed) and
+    stopped before this returns or raises.
 
     Raises:
         LandingError: a landed file is missing, disagrees with its manifest or is not gzip.
@@ -215,16 +218,16 @@ def run_job(job: BuildJob, log: Any) -> list[HourManifest]:
     """
     from bq_platform.lib.build import build_hours
 
-    sessions: list[Any] = []
+    started: list[Any] = []
 
-    def session() -> Any:
-        if not sessions:
-            sessions.append(job_session())
-        return sessions[0]
+    def own_session() -> Any:
+        if not started:
+            started.append(job_session())
+        return started[0]
 
     try:
         return build_hours(
-            session,
+            session or own_session,
             job.store,
             job.hours,
             attempt_id=job.attempt_id,
@@ -234,7 +237,7 @@ def run_job(job: BuildJob, log: Any) -> list[HourManifest]:
             lines_per_pass=job.lines_per_pass,
         )
     finally:
-        for spark in sessions:
+        for spark in started:
             spark.stop()
 
 

@@ -47,6 +47,13 @@ def unknown_environment(env: str) -> ValueError:
     return ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
 
 
+def _unset_in_production(names: list[str]) -> ValueError:
+    """The one error for production variables that are unset or empty, naming them."""
+    return ValueError(
+        f"BQ_PLATFORM_ENV=prod: set {', '.join(names)} (README, 'Running on Google Cloud')"
+    )
+
+
 def env_name() -> str:
     """``BQ_PLATFORM_ENV``: ``local`` (the default when unset or empty) or ``prod``.
 
@@ -100,10 +107,7 @@ def object_store(env: str) -> ObjectStore:
     if env == "prod":
         missing = [name for name in _GCS_VARIABLES if not os.environ.get(name)]
         if missing:
-            raise ValueError(
-                f"BQ_PLATFORM_ENV=prod: set {', '.join(missing)} (README, 'Running on Google "
-                "Cloud')"
-            )
+            raise _unset_in_production(missing)
         from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
 
         project, bucket = (os.environ[name] for name in _GCS_VARIABLES)
@@ -124,10 +128,7 @@ def visitor_key(env: str) -> str:
         return key or LOCAL_VISITOR_KEY
     if env == "prod":
         if not key:
-            raise ValueError(
-                "BQ_PLATFORM_ENV=prod: set BQ_PLATFORM_VISITOR_KEY (README, 'Running on Google "
-                "Cloud')"
-            )
+            raise _unset_in_production(["BQ_PLATFORM_VISITOR_KEY"])
         return key
     raise unknown_environment(env)
 

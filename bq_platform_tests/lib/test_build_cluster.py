@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from bq_platform.defs.hourly_build import installed_spark_submit
 from bq_platform.lib import build_job, layout
 from bq_platform.lib.hours import parse_hour_label
 from bq_platform.lib.landing import land_files
@@ -159,7 +160,7 @@ def landed(access_logs, tmp_path_factory) -> tuple[LocalObjectStore, list[str]]:
 def _build(master: str, store: LocalObjectStore, attempt: str, hours: list[str]) -> dict:
     """``spark-submit`` the build of ``hours`` (each a separate run of ``first`` .. ``first``:
     the slice's hours are not contiguous) and return its summary and the hour manifests."""
-    spark_submit = Path(sys.executable).with_name("spark-submit")
+    spark_submit = installed_spark_submit()
     conf = {"spark.ui.enabled": "false"}
     if master.startswith("spark://"):
         conf |= CLUSTER_CONF | {"spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods"}

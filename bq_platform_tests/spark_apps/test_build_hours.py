@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from bq_platform.defs.hourly_build import installed_spark_submit
 from bq_platform.defs.partitions import hourly_partitions
 from bq_platform.lib import build_job, layout
 from bq_platform.lib.build import build_hours
@@ -154,7 +155,7 @@ def test_under_pipes_spark_submit_builds_what_the_dagster_process_builds(
 
     @dg.asset(partitions_def=hourly_partitions)
     def pageview_files_by_pipes(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient):
-        spark_submit = Path(sys.executable).with_name("spark-submit")
+        spark_submit = installed_spark_submit()
         command = [str(spark_submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
         hours = context.partition_key_range  # Pipes passes no range itself: see build_job
         command += [str(APP), hours.start, hours.end]
