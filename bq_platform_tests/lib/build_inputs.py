@@ -34,6 +34,8 @@ def utc(*args: int) -> dt.datetime:
 #: Hours of the bundled logs the build tests land: two of each site's, and one without data.
 H_NASA_1, H_NASA_2, H_EMPTY = utc(1995, 8, 1, 4), utc(1995, 8, 1, 5), utc(1995, 8, 1, 6)
 H_EPA_1, H_EPA_2 = utc(1995, 8, 30, 3), utc(1995, 8, 30, 4)
+#: Real lines per landed file the build tests land (a slice keeps them fast).
+PER_HOUR = 700
 
 #: Odd lines appended to NASA's 04:00 file: empty, garbage, next hour, bad status, hour 24,
 #: IPv6 with a trailing CR, and a truncated last line.

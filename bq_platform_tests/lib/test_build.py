@@ -42,13 +42,13 @@ from bq_platform_tests.lib.build_inputs import (
     KEY,
     NASA,
     ODD,
+    PER_HOUR,
     land,
     real_lines,
 )
 from bq_platform_tests.lib.counting_store import CountingStore
 
 HOURS = [H_NASA_1, H_NASA_2, H_EMPTY, H_EPA_1, H_EPA_2]
-PER_HOUR = 700  # real lines per landed file (a slice keeps the test fast)
 
 
 def reference_counts(lines: list[bytes], hour: dt.datetime) -> collections.Counter:

@@ -29,10 +29,11 @@ from bq_platform_tests.lib.build_inputs import (
     KEY,
     NASA,
     ODD,
+    PER_HOUR,
     land,
     parquet_rows,
+    real_lines,
 )
-from bq_platform_tests.lib.test_build import PER_HOUR, real_lines
 
 APP = Path(app.__file__)
 
