@@ -2,7 +2,7 @@
 
 TEST CODE ONLY: never import this from ``bq_platform``. The production adapter
 (:class:`bq_platform.lib.warehouse.bigquery.BigQueryWarehouse`) talks to bqemulator through a
-:class:`~bq_platform_tests.emulators.RecordingSession` that has a :class:`BigQueryShim` as its
+:class:`~bq_platform_tests.http_recording.RecordingSession` that has a :class:`BigQueryShim` as its
 responder. The shim answers the requests below itself, the way BigQuery documents them, by
 running plain SQL and whole-table loads on the emulator (which it does support), and passes
 every other request through unchanged. Each behaviour names its source and the emulator gap it
@@ -67,7 +67,7 @@ from bq_platform.lib.warehouse import job_rules, rules
 from bq_platform.lib.warehouse.bigquery import schema_fields, spec_of
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 from bq_platform_tests.bigquery_shim_lists import DATA_PATH, PartitionLists
-from bq_platform_tests.emulators import HttpCall, RecordingSession, json_response
+from bq_platform_tests.http_recording import HttpCall, RecordingSession, json_response
 
 _TABLE_PATH = re.compile(r"^/bigquery/v2/projects/([^/]+)/datasets/([^/]+)/tables/([^/]+)$")
 _JOBS_PATH = re.compile(r"^/bigquery/v2/projects/([^/]+)/jobs$")

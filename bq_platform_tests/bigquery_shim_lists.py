@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import requests
 
-from bq_platform_tests.emulators import HttpCall, json_response
+from bq_platform_tests.http_recording import HttpCall, json_response
 
 DATA_PATH = re.compile(
     r"^/bigquery/v2/projects/([^/]+)/datasets/([^/]+)/tables/([^/$]+)\$(\d{8})/data$"

@@ -1,7 +1,6 @@
 """The batched SQLite event log: what Dagster reads back is what its own SQLite log gives, and a
 run's planned events and a step's per-partition materializations are written as batches."""
 
-import datetime as dt
 import os
 from collections import Counter
 from pathlib import Path
@@ -9,24 +8,20 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.events import (
-    AssetMaterializationPlannedData,
     DagsterEventType,
     StepMaterializationData,
 )
 
 from bq_platform.defs.check_events import PartitionCheck, report
 from bq_platform.event_log import BATCH_SIZE_ENV, BatchedSqliteEventLogStorage
-from bq_platform.instance import ensure_dagster_yaml
+from bq_platform_tests.event_log_entries import (
+    counting_instance,
+    entry,
+    instance_in,
+)
 
 HOURS = dg.HourlyPartitionsDefinition(start_date="2026-01-01-00:00")
 RANGE = ("2026-01-01-00:00", "2026-01-01-05:00")  # 6 hours, one run
-PLAIN_EVENT_LOG = """\
-event_log_storage:
-  module: dagster._core.storage.event_log
-  class: SqliteEventLogStorage
-  config:
-    base_dir: {base_dir}
-"""
 
 
 def hourly_job(fail: bool = False) -> dg.JobDefinition:
@@ -69,16 +64,6 @@ def run_range(instance: dg.DagsterInstance, fail: bool = False) -> dg.ExecuteInP
         },
         raise_on_error=False,
     )
-
-
-def instance_in(home: Path, plain: bool) -> dg.DagsterInstance:
-    home.mkdir()
-    if plain:  # Dagster's own SQLite event log, in the same place
-        (home / "dagster.yaml").write_text(
-            PLAIN_EVENT_LOG.format(base_dir=home / "history" / "runs")
-        )
-    ensure_dagster_yaml(home)
-    return dg.DagsterInstance.from_config(str(home))
 
 
 def what_dagster_reads(instance: dg.DagsterInstance, run_id: str) -> dict:
@@ -157,17 +142,7 @@ def test_what_dagster_reads_back_is_what_its_own_sqlite_log_gives(tmp_path, monk
 
 @pytest.fixture
 def counted(tmp_path, monkeypatch):
-    """A batched instance and the list of database files it connects to, in order."""
-    instance = instance_in(tmp_path / "home", plain=False)
-    connections: list[str] = []
-    connect = BatchedSqliteEventLogStorage._connect
-
-    def counting(self, shard):
-        connections.append(shard)
-        return connect(self, shard)
-
-    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_connect", counting)
-    return instance, connections
+    return counting_instance(tmp_path, monkeypatch)
 
 
 def test_a_batch_is_two_transactions_whatever_its_length(counted):
@@ -204,110 +179,6 @@ def test_the_instance_turns_dagsters_batches_on_unless_the_environment_says(tmp_
     monkeypatch.delenv(BATCH_SIZE_ENV)
     instance_in(tmp_path / "b", plain=False).event_log_storage  # noqa: B018
     assert os.environ[BATCH_SIZE_ENV] == "1000"
-
-
-def entry(run_id: str, event: dg.DagsterEvent | None, at: int = 0) -> dg.EventLogEntry:
-    return dg.EventLogEntry(
-        error_info=None,
-        level="INFO",
-        user_message="",
-        run_id=run_id,
-        timestamp=dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() + at,
-        dagster_event=event,
-    )
-
-
-def evaluation(run_id: str, hour: int, passed: bool = True) -> dg.EventLogEntry:
-    """The event a step's ``dg.AssetCheckEvaluation`` for one hour becomes."""
-    result = dg.AssetCheckEvaluation(
-        asset_key=dg.AssetKey("second"),
-        check_name="complete",
-        passed=passed,
-        partition=f"2026-01-01-0{hour}:00",
-    )
-    event = dg.DagsterEvent(
-        event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value,
-        job_name="hourly",
-        event_specific_data=result,
-    )
-    return entry(run_id, event, at=hour)
-
-
-def check_history(instance: dg.DagsterInstance) -> list[tuple[str | None, str]]:
-    check = dg.AssetCheckKey(dg.AssetKey("second"), "complete")
-    history = instance.event_log_storage.get_asset_check_execution_history(check, limit=100)
-    return sorted((r.partition, r.status.value) for r in history)
-
-
-def test_a_runs_check_evaluations_are_written_together_before_its_next_event(counted):
-    instance, connections = counted
-    storage = instance.event_log_storage
-    for hour in range(6):
-        storage.store_event(evaluation("run-1", hour, passed=hour != 5))
-    assert connections == []  # held back
-    assert storage.get_logs_for_run("run-1") == []
-    connections.clear()
-
-    storage.store_event(entry("run-1", None, at=10))  # e.g. the step's STEP_SUCCESS
-
-    # The six in two transactions (the run's log, the index with the checks' rows), then the
-    # event itself: three connections against 3 x 6 + 1 one by one.
-    assert connections == ["run-1", "index", "run-1"]
-    logs = storage.get_logs_for_run("run-1")
-    assert [e.dagster_event_type for e in logs] == [DagsterEventType.ASSET_CHECK_EVALUATION] * 6 + [
-        None
-    ]
-    assert [e.timestamp for e in logs] == sorted(e.timestamp for e in logs)
-    assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(5)] + [
-        ("2026-01-01-05:00", "FAILED")
-    ]
-
-
-def test_held_evaluations_are_written_by_a_batch_or_dispose_and_runless_ones_at_once(
-    counted, tmp_path
-):
-    instance, connections = counted
-    storage = instance.event_log_storage
-    storage.store_event(evaluation("run-1", 0))
-    storage.store_event(evaluation("run-2", 1))
-    storage.store_event_batch([evaluation("run-3", 2)])  # any batch writes what is held first
-    assert connections[:4] == ["run-1", "index", "run-2", "index"]
-    storage.store_event(evaluation("run-4", 3))
-    storage.store_event(evaluation("", 4))  # runless (reported from outside a run): not held
-    assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(5)]
-    storage.store_event(evaluation("run-5", 5))
-    assert len(check_history(instance)) == 5
-    storage.dispose()
-    reopened = dg.DagsterInstance.from_config(str(tmp_path / "home"))
-    assert check_history(reopened) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(6)]
-
-
-@pytest.mark.parametrize("failing", ["run_connection", "index_transaction"])
-def test_held_evaluations_are_stored_one_by_one_when_their_batch_fails(
-    counted, monkeypatch, failing
-):
-    """Whichever database's transaction fails, each evaluation ends up once in the run's log
-    and once in the check's history."""
-    instance, _ = counted
-    storage = instance.event_log_storage
-    failures = []
-    transaction = getattr(BatchedSqliteEventLogStorage, failing)
-
-    def failing_once(self, *args):
-        if not failures:
-            failures.append(1)
-            raise RuntimeError("database is locked")
-        return transaction(self, *args)
-
-    monkeypatch.setattr(BatchedSqliteEventLogStorage, failing, failing_once)
-    for hour in range(3):
-        storage.store_event(evaluation("run-1", hour))
-
-    storage.flush()
-
-    assert failures == [1]
-    assert check_history(instance) == [(f"2026-01-01-0{h}:00", "SUCCEEDED") for h in range(3)]
-    assert len(storage.get_logs_for_run("run-1")) == 3  # the run's log written once
 
 
 def test_schema_questions_are_asked_once_per_storage_and_a_missing_table_again(
@@ -349,72 +220,6 @@ def test_schema_questions_are_asked_once_per_storage_and_a_missing_table_again(
     assert asked == {"asset_event_tags": 1}
     tags = instance.event_log_storage.get_event_tags_for_asset(dg.AssetKey("first"))
     assert tags == [{"dagster/data_version": "v1"}] * 6  # written once the table "exists"
-
-
-def materialization(run_id: str, asset: str, hour: int, planned: bool = False) -> dg.EventLogEntry:
-    """A step's materialization of ``asset`` for one hour, or the run's planned event for it."""
-    key = f"2026-01-01-0{hour}:00"
-    if planned:
-        event = dg.DagsterEvent.build_asset_materialization_planned_event(
-            "hourly", None, AssetMaterializationPlannedData(dg.AssetKey(asset), partition=key)
-        )
-        return entry(run_id, event, at=hour)
-    kind = DagsterEventType.ASSET_MATERIALIZATION
-    data = StepMaterializationData(dg.AssetMaterialization(asset, partition=key))
-    event = dg.DagsterEvent(
-        event_type_value=kind.value, job_name="hourly", event_specific_data=data
-    )
-    return entry(run_id, event, at=10 + hour)
-
-
-def asset_rows(instance: dg.DagsterInstance) -> dict:
-    """Each asset's row as the UI reads it: last materialization's partition, last run, time."""
-    keys = [dg.AssetKey("first"), dg.AssetKey("second")]
-    return {
-        r.asset_entry.asset_key.to_user_string(): (
-            r.asset_entry.last_materialization
-            and r.asset_entry.last_materialization.dagster_event.partition,
-            r.asset_entry.last_run_id,
-            r.asset_entry.last_materialization_record
-            and r.asset_entry.last_materialization_record.timestamp,
-        )
-        for r in instance.get_asset_records(keys)
-    }
-
-
-def test_a_batch_writes_each_assets_row_once_per_event_type_as_dagster_ends_it(
-    tmp_path, monkeypatch
-):
-    batched = instance_in(tmp_path / "batched", plain=False)
-    plain = instance_in(tmp_path / "plain", plain=True)
-    writes: Counter = Counter()
-    store_asset_event = BatchedSqliteEventLogStorage._store_asset_event
-
-    def counting(self, conn, event, event_id):
-        writes[(event.dagster_event.asset_key.to_user_string(), event.dagster_event_type)] += 1
-        return store_asset_event(self, conn, event, event_id)
-
-    monkeypatch.setattr(BatchedSqliteEventLogStorage, "_store_asset_event", counting)
-    planned = [
-        materialization("run-1", a, h, planned=True) for h in range(3) for a in ("first", "second")
-    ]
-    done = [materialization("run-1", a, h) for h in (2, 0, 1) for a in ("second", "first")]
-
-    for instance in (batched, plain):
-        instance.event_log_storage.store_event_batch(planned)
-        instance.event_log_storage.store_event_batch(done)
-
-    # 12 events, 4 asset rows written: one per asset and event type, from the last of each.
-    assert sum(writes.values()) == 4 and set(writes.values()) == {1}
-    assert asset_rows(batched) == asset_rows(plain)
-    assert asset_rows(batched)["first"][:2] == ("2026-01-01-01:00", "run-1")
-    for key in ("first", "second"):
-        asset = dg.AssetKey(key)
-        assert sorted(batched.get_materialized_partitions(asset)) == [
-            f"2026-01-01-0{h}:00" for h in range(3)
-        ]
-        ids = [r.storage_id for r in batched.fetch_materializations(asset, limit=10).records]
-        assert ids == sorted(ids, reverse=True) and len(set(ids)) == 3  # each its own ID
 
 
 def test_each_database_keeps_one_engine_and_the_least_recent_are_let_go(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ emulator, then runs the day through the production ``BigQueryWarehouse`` as
 HTTP session (a run): the first run, then a re-run on the same content.
 
 Every request the adapter sends goes through a recording session
-(:class:`~bq_platform_tests.emulators.RecordingSession`) with the test
+(:class:`~bq_platform_tests.http_recording.RecordingSession`) with the test
 :class:`~bq_platform_tests.bigquery_shim.BigQueryShim` in front of bqemulator for what the
 emulator lacks (partition decorators, 409s, copies); the shim's own requests to the emulator
 are not counted. ``scripts/http_counts.py`` counts, per run and per table, the
@@ -59,7 +59,7 @@ from http_counts import (  # noqa: E402
     job_tables,
 )
 
-from bq_platform_tests.emulators import RecordingSession  # noqa: E402
+from bq_platform_tests.http_recording import RecordingSession  # noqa: E402
 
 NASA = "ksc.nasa.gov"
 DAY = dt.date(1995, 8, 1)

@@ -29,7 +29,8 @@ from bq_platform.lib.objectstore.base import ObjectStore  # noqa: E402
 from bq_platform.lib.objectstore.gcs import GCSObjectStore  # noqa: E402
 from bq_platform.lib.retention import RETENTION, clean_attempts, clean_superseded  # noqa: E402
 from bq_platform.lib.superseded import record_superseded  # noqa: E402
-from bq_platform_tests.emulators import RecordingSession, running_gcs_emulator  # noqa: E402
+from bq_platform_tests.emulators import running_gcs_emulator  # noqa: E402
+from bq_platform_tests.http_recording import RecordingSession  # noqa: E402
 from bq_platform_tests.lib.test_retention import T0, manifest_of  # noqa: E402
 
 FIRST_DAY = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -1,7 +1,7 @@
 """Count one run's BigQuery REST requests per table (for ``scripts/bench_http.py``).
 
 Input: the requests in order, as recorded by
-:class:`bq_platform_tests.emulators.RecordingSession` (anything with ``method``, ``path`` and
+:class:`bq_platform_tests.http_recording.RecordingSession` (anything with ``method``, ``path`` and
 the parsed JSON ``body``), and optionally the JSON answers of job requests. Paths are those of
 the BigQuery REST API v2 (cloud.google.com/bigquery/docs/reference/rest):
 

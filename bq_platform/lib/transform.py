@@ -50,7 +50,7 @@ vhost reading would need `` [`` inside the bracketed timestamp). Its request spl
 one. The tests compare both paths with the Python reference (:func:`logformat.parse_line`) on
 every real line and the server variants. The fused method is then over HotSpot's 8,000-byte
 limit, so :func:`bq_platform.lib.spark.spark_config` starts the JVMs with
-``-XX:-DontCompileHugeMethods`` (see test_transform.py).
+``-XX:-DontCompileHugeMethods`` (see test_transform_frame.py).
 """
 
 from collections.abc import Sequence
@@ -269,8 +269,8 @@ def transform_lines(
     # does not JIT-compile a method over 8,000 bytes of bytecode (DontCompileHugeMethods), and
     # then everything runs interpreted: 1.7x the CPU time (13.9 s against 7.6-8.6 s JVM CPU for
     # 981 k lines, local[2]). So: literal replaces instead of a regex here, the line's groups
-    # null-or-array in one column, the diagnosis pattern run once; test_transform.py checks the
-    # size (7,273 bytes here, 7,693 under the build's _slim; was 7,352 / 7,716).
+    # null-or-array in one column, the diagnosis pattern run once; test_transform_frame.py checks
+    # the size (7,273 bytes here, 7,693 under the build's _slim; was 7,352 / 7,716).
     unescaped = fields.select(
         *[F.col(c) for c in fields.columns if c not in _ESCAPED_FIELDS],
         *[_unescape(F.col(c)).alias(c) for c in _ESCAPED_FIELDS],

@@ -52,7 +52,7 @@ from bq_platform.lib.publish import (
 from bq_platform.lib.publish_deadletters import load_day_deadletters
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, stage_spec
-from bq_platform_tests import emulators
+from bq_platform_tests import emulators, http_recording
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.integration.test_emulator_hourly_path import _utc_hour, upload_hour
 
@@ -121,7 +121,7 @@ def test_whole_day_on_the_emulators(
     shim = BigQueryShim(bq_emulator.endpoint, bq_emulator.project)
     dataset = emulators.unique_name("day")
 
-    def run() -> tuple[BigQueryWarehouse, emulators.RecordingSession]:
+    def run() -> tuple[BigQueryWarehouse, http_recording.RecordingSession]:
         session = shim.session()
         return bq_emulator.warehouse(dataset, session), session
 
@@ -230,7 +230,7 @@ def test_whole_day_on_the_emulators(
 _TABLE = re.compile(r"/datasets/[^/]+/tables/([^/$]+)$")
 
 
-def _table_metadata_requests(calls: list[emulators.HttpCall]) -> dict[str, int]:
+def _table_metadata_requests(calls: list[http_recording.HttpCall]) -> dict[str, int]:
     """Whole-table ``tables.get``/``insert``/``patch`` requests per table (a partition's
     ``tables.get``, ``table$YYYYMMDD``, is a separate count and not included)."""
     counts: collections.Counter[str] = collections.Counter()
@@ -243,7 +243,7 @@ def _table_metadata_requests(calls: list[emulators.HttpCall]) -> dict[str, int]:
     return dict(counts)
 
 
-def _query_statements(calls: list[emulators.HttpCall]) -> list[str]:
+def _query_statements(calls: list[http_recording.HttpCall]) -> list[str]:
     """The first keyword of every query job inserted (SELECT, INSERT, MERGE...)."""
     return [
         call.body["configuration"]["query"]["query"].split()[0].upper()

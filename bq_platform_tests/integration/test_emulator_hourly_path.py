@@ -56,7 +56,8 @@ from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import stage_spec
 from bq_platform_tests import emulators
 from bq_platform_tests.bigquery_shim import BigQueryShim
-from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator, RecordingSession
+from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator
+from bq_platform_tests.http_recording import RecordingSession
 
 pytestmark = [pytest.mark.emulator, pytest.mark.spark]
 

@@ -19,9 +19,9 @@ from bq_platform.lib.manifest import LandedManifest
 from bq_platform.lib.objectstore.base import crc32c
 from bq_platform.lib.objectstore.local import LocalObjectStore
 
-#: The visitor key of the build tests. ``test_build.py``'s slice has ~200 page visitors, so
-#: about one is sampled on average; this key's sample holds 4 of them (its full-log test checks
-#: the rate on all visitors).
+#: The visitor key of the build tests. Their slice (:mod:`bq_platform_tests.lib.built_slice`)
+#: has ~200 page visitors, so about one is sampled on average; this key's sample holds 4 of
+#: them (``test_landing_build.py``'s full-log test checks the rate on all visitors).
 KEY = "build-test-key-5"
 NASA, EPA = "ksc.nasa.gov", "epa.gov"
 

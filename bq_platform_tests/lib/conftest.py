@@ -8,12 +8,12 @@ import pytest
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.emulators import (  # noqa: F401 - re-exported pytest fixtures
     BigQueryEmulator,
-    RecordingSession,
     bq_dataset,
     bq_emulator,
     gcs_bucket,
     gcs_emulator,
 )
+from bq_platform_tests.http_recording import RecordingSession
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import PublishRecord
 from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
 from bq_platform_tests.bigquery_shim import BigQueryShim
-from bq_platform_tests.emulators import BigQueryEmulator, RecordingSession
+from bq_platform_tests.emulators import BigQueryEmulator
+from bq_platform_tests.http_recording import RecordingSession
 
 pytestmark = pytest.mark.emulator
 

@@ -42,13 +42,8 @@ from bq_platform.lib.warehouse.schema import (
     stage_spec,
 )
 from bq_platform_tests.bigquery_shim import BigQueryShim
-from bq_platform_tests.emulators import (
-    BigQueryEmulator,
-    GCSEmulator,
-    RecordingSession,
-    SimulatedJobs,
-    unique_name,
-)
+from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator, unique_name
+from bq_platform_tests.http_recording import RecordingSession, SimulatedJobs
 from bq_platform_tests.lib.warehouse.contract_backends import RUN_ID, load_factory, pageview_parquet
 
 __all__ = ["pageview_parquet"]  # test_gcp_real.py imports it from here

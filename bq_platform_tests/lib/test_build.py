@@ -7,48 +7,38 @@ independent Python computation of the same rules (logformat / pages / pseudonymi
 """
 
 import collections
-import dataclasses
 import datetime as dt
 import gzip
 import hashlib
 import json
 import logging
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bq_platform.lib import build as build_module
-from bq_platform.lib import jobids, layout
+from bq_platform.lib import layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.build import build_hours
-from bq_platform.lib.build_frames import DEADLETTER_COLUMNS, write_hour_files
+from bq_platform.lib.build_frames import DEADLETTER_COLUMNS
 from bq_platform.lib.deliveries import landed_hour
 from bq_platform.lib.hour_manifests import deadletter_arrow_schema, pageview_arrow_schema
-from bq_platform.lib.manifest import HourManifest, LandedManifest
+from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.manifest_reads import read_hour_manifest, read_hour_manifests, stage_bytes
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.pages import is_page
-from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, key_id, visitor_id
-from bq_platform.lib.superseded import read_records, superseded_record_key
-from bq_platform.lib.transform import TRANSFORM_VERSION
+from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, in_sample, visitor_id
 from bq_platform_tests.lib.build_inputs import (
     EPA,
     H_EMPTY,
-    H_EPA_1,
     H_EPA_2,
     H_NASA_1,
-    H_NASA_2,
     KEY,
     NASA,
     ODD,
-    PER_HOUR,
     land,
-    real_lines,
 )
+from bq_platform_tests.lib.built_slice import HOURS, Built, build_slice, read_parquet
 from bq_platform_tests.lib.counting_store import CountingStore
-
-HOURS = [H_NASA_1, H_NASA_2, H_EMPTY, H_EPA_1, H_EPA_2]
 
 
 def reference_counts(lines: list[bytes], hour: dt.datetime) -> collections.Counter:
@@ -69,34 +59,9 @@ def reference_counts(lines: list[bytes], hour: dt.datetime) -> collections.Count
     return counts
 
 
-@dataclasses.dataclass
-class Built:
-    store: LocalObjectStore
-    manifests: dict[dt.datetime, HourManifest]
-    landed: dict[tuple[str, dt.datetime], list[bytes]]
-    duplicate: LandedManifest
-
-
 @pytest.fixture(scope="module")
 def built(spark, access_logs, tmp_path_factory) -> Built:
-    store = LocalObjectStore(tmp_path_factory.mktemp("lake"))
-    by_hour = real_lines(access_logs)
-    landed = {}
-    for site, hour in [(NASA, H_NASA_1), (NASA, H_NASA_2), (EPA, H_EPA_1), (EPA, H_EPA_2)]:
-        lines = by_hour[(site, hour)][:PER_HOUR]
-        if (site, hour) == (NASA, H_NASA_1):
-            lines = lines + ODD
-        landed[(site, hour)] = lines
-        land(store, site, hour, lines, final_newline=(site, hour) != (NASA, H_NASA_1))
-    # the same EPA delivery a second time, under another name (at-least-once delivery)
-    duplicate = land(store, EPA, H_EPA_2, landed[(EPA, H_EPA_2)], name="redelivery-1.log.gz")
-    manifests = build_hours(spark, store, HOURS, attempt_id="attempt-1", visitor_key=KEY)
-    return Built(store, {m.hour: m for m in manifests}, landed, duplicate)
-
-
-def read_parquet(store: LocalObjectStore, keys) -> pa.Table:
-    tables = [pq.read_table(store.uri(k)) for k in keys]
-    return pa.concat_tables(tables) if tables else pageview_arrow_schema().empty_table()
+    return build_slice(spark, access_logs, tmp_path_factory.mktemp("lake"))
 
 
 def test_manifests_cover_every_hour_and_site(built) -> None:
@@ -330,138 +295,12 @@ def test_empty_hour_has_zero_counts_and_one_empty_file(built) -> None:
     assert empty.num_rows == 0 and empty.schema.equals(deadletter_arrow_schema())
 
 
-def test_rerun_with_new_attempt_is_identical(spark, built) -> None:
-    hours = [H_NASA_1, H_EPA_2]
-    again = {
-        m.hour: m
-        for m in build_hours(spark, built.store, hours, attempt_id="attempt-2", visitor_key=KEY)
-    }
-    for hour in hours:
-        first, second = built.manifests[hour], again[hour]
-        assert second.fingerprint == first.fingerprint
-        assert second.input_fingerprint == first.input_fingerprint
-        assert second.counts == first.counts
-        assert all("attempt=attempt-2/" in k for k in second.full_files)
-        ids_1 = sorted(read_parquet(built.store, first.full_files).column("event_id").to_pylist())
-        ids_2 = sorted(read_parquet(built.store, second.full_files).column("event_id").to_pylist())
-        assert ids_1 == ids_2 and ids_1
-        assert (
-            HourManifest.from_json(built.store.read_text(layout.hour_manifest_key(hour))) == second
-        )
-    # the fingerprint is the documented function of input, code version, key and sample rate
-    m = again[H_EPA_2]
-    assert m.fingerprint == jobids.hour_fingerprint(
-        m.input_fingerprint, TRANSFORM_VERSION, key_id(KEY), SAMPLE_MODULUS
-    )
-    assert m.input_fingerprint == jobids.input_fingerprint([(EPA, built.duplicate.sha256)])
-    # the first attempt's files are untouched (its manifest may still be in use by a loader),
-    # and recorded as superseded, for the cleanup after the retention (lib/superseded.py)
-    assert all(built.store.exists(k) for k in built.manifests[H_NASA_1].full_files)
-    record = read_records(built.store)[superseded_record_key("attempt-2")]
-    assert record.attempt_id == "attempt-2"
-    assert record.units == tuple(sorted(("attempt-1", layout.hour_label(h)) for h in hours))
-
-
-def test_same_attempt_twice_replaces_its_files(spark, built) -> None:
-    first = build_hours(spark, built.store, [H_NASA_2], attempt_id="attempt-3", visitor_key=KEY)
-    second = build_hours(spark, built.store, [H_NASA_2], attempt_id="attempt-3", visitor_key=KEY)
-    prefix = layout.attempt_prefix("attempt-3")
-    on_disk = [k for k in built.store.list_keys(prefix) if k.endswith(".parquet")]
-    assert sorted(on_disk) == sorted((*second[0].full_files, *second[0].sample_files))
-    assert first[0].rows == second[0].rows
-    # the retry displaced nothing more: the first try's record stands
-    records = read_records(built.store)
-    assert records[superseded_record_key("attempt-3")].units == (
-        ("attempt-1", layout.hour_label(H_NASA_2)),
-    )
-
-
-def test_an_unreadable_hour_manifest_is_replaced_and_left_to_the_full_cleanup(
-    spark, built, caplog
-) -> None:
-    caplog.set_level(logging.WARNING, logger="bq_platform.lib.build")
-    key = layout.hour_manifest_key(H_EMPTY)
-    built.store.write_text(key, '{"format": "bq_platform.hour/1", "hour"')
-
-    (manifest,) = build_hours(spark, built.store, [H_EMPTY], attempt_id="torn", visitor_key=KEY)
-
-    assert HourManifest.from_json(built.store.read_text(key)) == manifest
-    assert superseded_record_key("torn") not in read_records(built.store)
-    assert built.store.uri(key) in caplog.text and "full cleanup pass" in caplog.text
-
-
-def test_another_key_changes_fingerprint_and_visitors(spark, built) -> None:
-    (other,) = build_hours(spark, built.store, [H_EPA_1], attempt_id="k2", visitor_key="other")
-    first = built.manifests[H_EPA_1]
-    assert other.fingerprint != first.fingerprint
-    assert other.input_fingerprint == first.input_fingerprint
-    ids_1 = set(read_parquet(built.store, first.full_files).column("visitor_id").to_pylist())
-    ids_2 = set(read_parquet(built.store, other.full_files).column("visitor_id").to_pylist())
-    assert ids_1 and not ids_1 & ids_2
-
-
 def test_progress_is_logged(spark, built, caplog) -> None:
     caplog.set_level(logging.INFO, logger="bq_platform.lib.build")
     build_hours(spark, built.store, [H_EMPTY], attempt_id="logged", visitor_key=KEY)
     text = caplog.text
     assert "1 hours" in text and "1995-08-01T06" in text and "done in" in text
     assert KEY not in text
-
-
-def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> None:
-    """All 81,744 real lines, landed by bq_platform.lib.landing, balance hour by hour."""
-    from bq_platform.lib.landing import land_files
-
-    store = LocalObjectStore(tmp_path / "lake")
-    landed = []
-    for site in (NASA, EPA):
-        landed += land_files(store, site, sorted((access_logs / site).glob("*.log.gz")))
-    hours = sorted({f.manifest.hour for f in landed})
-    manifests = build_hours(spark, store, hours, attempt_id="full", visitor_key=KEY)
-    counts = [c for m in manifests for c in m.counts]
-    assert all(c.balanced for c in counts)
-    assert sum(c.source_lines for c in counts) == 81_744
-    assert sum(c.rejected + c.out_of_window + c.duplicates for c in counts) == 0
-    for manifest in manifests:
-        assert read_parquet(store, manifest.full_files).num_rows == manifest.rows
-        assert read_parquet(store, manifest.sample_files).num_rows == manifest.sample_rows
-    assert len(manifests) == 40  # data/README.md: 25 EPA hours + 15 NASA hours
-    visitors = sum(c.visitors for c in counts)  # per site-hour, so a visitor counts per hour
-    sampled = sum(c.sample_visitors for c in counts)
-    assert 0.001 < sampled / visitors < 0.02, (sampled, visitors)  # 1 in 200 by design
-
-
-def test_several_passes_build_what_one_pass_builds(spark, built, caplog) -> None:
-    """Driver memory stays flat with the data because a build reads at most lines_per_pass
-    lines per Spark pass (issue 9); the outputs are the same as one pass's."""
-    caplog.set_level(logging.INFO, logger="bq_platform.lib.build")
-    several = {
-        m.hour: m
-        for m in build_hours(
-            spark, built.store, HOURS, attempt_id="passes", visitor_key=KEY, lines_per_pass=1
-        )
-    }
-    for hour in HOURS:
-        one, many = built.manifests[hour], several[hour]
-        assert (many.counts, many.rows, many.sample_rows) == (one.counts, one.rows, one.sample_rows)
-        assert many.fingerprint == one.fingerprint
-        assert many.file_mismatches == one.file_mismatches
-        rows = read_parquet(built.store, many.full_files).sort_by("event_id")
-        assert rows.equals(read_parquet(built.store, one.full_files).sort_by("event_id"))
-    # progress: one line per pass, each counting that pass's lines only
-    passes_logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass ")]
-    assert [m.split(":")[0] for m in passes_logged] == [
-        "pass 1/4",
-        "pass 2/4",
-        "pass 3/4",
-        "pass 4/4",
-    ]
-    read = [
-        int(r.getMessage().split()[3])
-        for r in caplog.records
-        if r.getMessage().startswith("read and classified")
-    ]
-    assert sum(read) == sum(c.lines_read for m in several.values() for c in m.counts)
 
 
 def test_an_hour_of_many_files_has_one_sample_file(spark, access_logs, tmp_path) -> None:
@@ -481,59 +320,3 @@ def test_an_hour_of_many_files_has_one_sample_file(spark, access_logs, tmp_path)
     assert len(manifest.sample_files) == 1
     sample = read_parquet(store, manifest.sample_files)
     assert sample.num_rows == manifest.sample_rows > 0
-
-
-def test_a_large_sample_is_written_by_spark_as_the_driver_writes_a_small_one(
-    spark, built, monkeypatch
-) -> None:
-    """Up to ``DRIVER_SAMPLE_ROWS`` sample rows a pass are collected and written by pyarrow;
-    above it one Spark task writes them (the driver never holds a huge sample). Both give one
-    file per hour, of the same schema, rows and manifests."""
-    assert sum(m.sample_rows for m in built.manifests.values()) > 0  # the fixture has a sample
-    monkeypatch.setattr(build_module, "DRIVER_SAMPLE_ROWS", 0)
-    by_spark = build_hours(spark, built.store, HOURS, attempt_id="spark-sample", visitor_key=KEY)
-    for manifest in by_spark:
-        driver = built.manifests[manifest.hour]
-        assert (manifest.counts, manifest.fingerprint) == (driver.counts, driver.fingerprint)
-        assert len(manifest.sample_files) == len(driver.sample_files) == 1
-        if driver.sample_rows:
-            assert driver.sample_files[0].endswith("/part-00000.parquet")  # pyarrow's
-            assert not manifest.sample_files[0].endswith("/part-00000.parquet")  # Spark's
-        for key in (*manifest.sample_files, *driver.sample_files):
-            assert pq.read_schema(built.store.uri(key)).equals(pageview_arrow_schema()), key
-        spark_rows = read_parquet(built.store, manifest.sample_files).sort_by("event_id")
-        driver_rows = read_parquet(built.store, driver.sample_files).sort_by("event_id")
-        assert spark_rows.equals(driver_rows)
-        assert spark_rows.num_rows == manifest.sample_rows
-
-
-def test_driver_written_hour_files_take_the_spark_schema(tmp_path) -> None:
-    """Arrow from Spark may carry large strings (``useLargeVarTypes``) or another zone name;
-    the files are cast to the schema Spark writes, one per hour, and no rows write nothing."""
-    schema = pageview_arrow_schema()
-    ts = dt.datetime(1995, 8, 1, 4, 5, tzinfo=dt.UTC)
-    row = {f.name: None for f in schema}
-    row.update(event_id="e", event_ts=ts, event_date=ts.date(), site="s", status=200)
-    types = {f.name: pa.large_string() if f.type == pa.string() else f.type for f in schema} | {
-        "event_ts": pa.timestamp("us", tz="Etc/UTC"),
-        "hour": pa.large_string(),
-    }
-    labels = ["1995-08-01T04", "1995-08-01T05", "1995-08-01T04"]
-    rows = pa.Table.from_pylist(
-        [{**row, "event_id": f"e{i}", "hour": label} for i, label in enumerate(labels)],
-        schema=pa.schema(list(types.items())[::-1]),  # another column order too
-    )
-    store = LocalObjectStore(tmp_path)
-
-    assert write_hour_files(rows, store, "p", schema) == 2
-    written = sorted(store.list_keys("p"))
-    assert written == [
-        "p/hour=1995-08-01T04/part-00000.parquet",
-        "p/hour=1995-08-01T05/part-00000.parquet",
-    ]
-    first = pq.read_table(store.uri(written[0]))
-    assert first.schema.equals(schema)
-    assert first.column("event_id").to_pylist() == ["e0", "e2"]
-    assert first.column("event_ts").to_pylist() == [ts, ts]
-    assert write_hour_files(rows.slice(0, 0), store, "q", schema) == 0
-    assert list(store.list_keys("q")) == []

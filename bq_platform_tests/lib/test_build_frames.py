@@ -1,14 +1,22 @@
 """The build's per-line rows (:func:`bq_platform.lib.build_frames.slim`): what each category of
 line keeps for the outputs and the per-file counts."""
 
+import datetime as dt
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from bq_platform.lib import logformat as lf
-from bq_platform.lib.build_frames import PLAIN_ENCODED_COLUMNS, slim, write_hour_folders
-from bq_platform.lib.hour_manifests import HOUR_FOLDER_COLUMN
+from bq_platform.lib.build_frames import (
+    PLAIN_ENCODED_COLUMNS,
+    slim,
+    write_hour_files,
+    write_hour_folders,
+)
+from bq_platform.lib.hour_manifests import HOUR_FOLDER_COLUMN, pageview_arrow_schema
+from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.transform import (
     CATEGORY_NON_PAGE,
     CATEGORY_OUT_OF_WINDOW,
@@ -16,7 +24,7 @@ from bq_platform.lib.transform import (
     CATEGORY_REJECTED,
     transform_lines,
 )
-from bq_platform_tests.lib.test_transform import HOUR, KEY, SITE, frame
+from bq_platform_tests.lib.transform_reference import HOUR, KEY, SITE, frame
 
 LINES = {
     CATEGORY_PAGE: '141.243.1.172 - - [30/Aug/1995:10:53:25 -0400] "GET /Software.html HTTP/1.0" '
@@ -105,3 +113,35 @@ def test_the_id_columns_are_written_without_a_dictionary(spark, tmp_path: Path) 
     for column in PLAIN_ENCODED_COLUMNS:
         assert not any("DICTIONARY" in e for e in encodings[column]), encodings
     assert any("DICTIONARY" in e for e in encodings["page_path"]), encodings
+
+
+def test_driver_written_hour_files_take_the_spark_schema(tmp_path) -> None:
+    """Arrow from Spark may carry large strings (``useLargeVarTypes``) or another zone name;
+    the files are cast to the schema Spark writes, one per hour, and no rows write nothing."""
+    schema = pageview_arrow_schema()
+    ts = dt.datetime(1995, 8, 1, 4, 5, tzinfo=dt.UTC)
+    row = {f.name: None for f in schema}
+    row.update(event_id="e", event_ts=ts, event_date=ts.date(), site="s", status=200)
+    types = {f.name: pa.large_string() if f.type == pa.string() else f.type for f in schema} | {
+        "event_ts": pa.timestamp("us", tz="Etc/UTC"),
+        "hour": pa.large_string(),
+    }
+    labels = ["1995-08-01T04", "1995-08-01T05", "1995-08-01T04"]
+    rows = pa.Table.from_pylist(
+        [{**row, "event_id": f"e{i}", "hour": label} for i, label in enumerate(labels)],
+        schema=pa.schema(list(types.items())[::-1]),  # another column order too
+    )
+    store = LocalObjectStore(tmp_path)
+
+    assert write_hour_files(rows, store, "p", schema) == 2
+    written = sorted(store.list_keys("p"))
+    assert written == [
+        "p/hour=1995-08-01T04/part-00000.parquet",
+        "p/hour=1995-08-01T05/part-00000.parquet",
+    ]
+    first = pq.read_table(store.uri(written[0]))
+    assert first.schema.equals(schema)
+    assert first.column("event_id").to_pylist() == ["e0", "e2"]
+    assert first.column("event_ts").to_pylist() == [ts, ts]
+    assert write_hour_files(rows.slice(0, 0), store, "q", schema) == 0
+    assert list(store.list_keys("q")) == []

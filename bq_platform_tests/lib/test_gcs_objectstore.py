@@ -8,7 +8,8 @@ from bq_platform.lib import layout
 from bq_platform.lib.objectstore.base import ListedObject, ObjectNotFoundError, crc32c
 from bq_platform.lib.objectstore.gcs import GCSObjectStore, gcs_client
 from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform_tests.emulators import GCSEmulator, RecordingSession
+from bq_platform_tests.emulators import GCSEmulator
+from bq_platform_tests.http_recording import RecordingSession
 
 pytestmark = pytest.mark.emulator
 

@@ -28,7 +28,8 @@ from bq_platform.lib.manifest import LandedManifest, ManifestError
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.partition_window import HourWindow
-from bq_platform_tests.emulators import GCSEmulator, RecordingSession
+from bq_platform_tests.emulators import GCSEmulator
+from bq_platform_tests.http_recording import RecordingSession
 
 UTC = dt.UTC
 TS_RE = re.compile(rb"\[(\d\d)/Aug/1995:(\d\d):\d\d:\d\d -0400\]")

@@ -14,7 +14,7 @@ from bq_platform.lib import layout
 from bq_platform.lib import logformat as lf
 from bq_platform.lib.accounting import accounting_problems
 from bq_platform.lib.build import build_hours
-from bq_platform.lib.landing import land_file
+from bq_platform.lib.landing import land_file, land_files
 from bq_platform.lib.landing_index import scan_landing
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
@@ -25,7 +25,9 @@ from bq_platform.lib.partition_window import (
     out_of_window_reason,
 )
 from bq_platform.lib.publish import day_completeness
-from bq_platform_tests.lib.build_inputs import deliver
+from bq_platform_tests.lib.build_inputs import EPA, NASA, deliver
+from bq_platform_tests.lib.build_inputs import KEY as BUILD_KEY
+from bq_platform_tests.lib.built_slice import read_parquet
 from bq_platform_tests.lib.test_landing_registry import growth_points
 
 KEY = "landing-build-key"
@@ -156,3 +158,24 @@ def test_window_reference_and_bounds() -> None:
     inside = dt.datetime(1995, 8, 1, 5, 30, tzinfo=UTC)
     assert out_of_window_reason(inside, window) == lf.REASON_OUT_OF_WINDOW
     assert HourWindow.from_json(window.to_json()) == window
+
+
+def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> None:
+    """All 81,744 real lines, landed by bq_platform.lib.landing, balance hour by hour."""
+    store = LocalObjectStore(tmp_path / "lake")
+    landed = []
+    for site in (NASA, EPA):
+        landed += land_files(store, site, sorted((access_logs / site).glob("*.log.gz")))
+    hours = sorted({f.manifest.hour for f in landed})
+    manifests = build_hours(spark, store, hours, attempt_id="full", visitor_key=BUILD_KEY)
+    counts = [c for m in manifests for c in m.counts]
+    assert all(c.balanced for c in counts)
+    assert sum(c.source_lines for c in counts) == 81_744
+    assert sum(c.rejected + c.out_of_window + c.duplicates for c in counts) == 0
+    for manifest in manifests:
+        assert read_parquet(store, manifest.full_files).num_rows == manifest.rows
+        assert read_parquet(store, manifest.sample_files).num_rows == manifest.sample_rows
+    assert len(manifests) == 40  # data/README.md: 25 EPA hours + 15 NASA hours
+    visitors = sum(c.visitors for c in counts)  # per site-hour, so a visitor counts per hour
+    sampled = sum(c.sample_visitors for c in counts)
+    assert 0.001 < sampled / visitors < 0.02, (sampled, visitors)  # 1 in 200 by design

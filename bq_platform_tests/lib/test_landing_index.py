@@ -14,7 +14,8 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.gcs import GCSObjectStore
 from bq_platform.lib.objectstore.local import LocalObjectStore
 from bq_platform.lib.planning import lookback_start
-from bq_platform_tests.emulators import GCSEmulator, RecordingSession
+from bq_platform_tests.emulators import GCSEmulator
+from bq_platform_tests.http_recording import RecordingSession
 from bq_platform_tests.lib.build_inputs import land
 from bq_platform_tests.lib.counting_store import CountingStore
 

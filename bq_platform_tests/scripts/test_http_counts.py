@@ -1,6 +1,6 @@
 """The per-table counting of ``scripts/http_counts.py`` on recorded calls (no emulator).
 
-The calls are what :class:`~bq_platform_tests.emulators.RecordingSession` records for the
+The calls are what :class:`~bq_platform_tests.http_recording.RecordingSession` records for the
 BigQuery REST API v2; the expected counts are worked out by hand from the list.
 """
 
@@ -9,7 +9,7 @@ from typing import Any
 import bench_report
 import http_counts
 
-from bq_platform_tests.emulators import HttpCall
+from bq_platform_tests.http_recording import HttpCall
 
 P = "/bigquery/v2/projects/p"
 D = f"{P}/datasets/d"

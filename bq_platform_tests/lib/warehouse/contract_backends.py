@@ -4,7 +4,7 @@
   temporary file; Parquet files are local paths.
 - :class:`BigQueryBackend`: the production
   :class:`~bq_platform.lib.warehouse.bigquery.BigQueryWarehouse` on bqemulator, through a
-  :class:`~bq_platform_tests.emulators.RecordingSession` answered by
+  :class:`~bq_platform_tests.http_recording.RecordingSession` answered by
   :class:`~bq_platform_tests.bigquery_shim.BigQueryShim` where the emulator lacks a BigQuery
   behaviour; Parquet files are uploaded to gcp-storage-emulator with google-cloud-storage and
   loaded from their ``gs://`` URIs.
@@ -31,7 +31,8 @@ from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
 from bq_platform.lib.warehouse.duckdb import JOBS_TABLE, TABLES_TABLE, DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS, TableSpec, pageviews_spec, stage_spec
 from bq_platform_tests.bigquery_shim import BigQueryShim
-from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator, RecordingSession
+from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator
+from bq_platform_tests.http_recording import RecordingSession
 
 RUN_ID = "run-contract"
 

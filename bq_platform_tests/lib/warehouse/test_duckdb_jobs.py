@@ -5,7 +5,6 @@ with BigQuery's error reason, a job ID used once, the job history.
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +34,6 @@ from bq_platform_tests.lib.warehouse.duckdb_rows import (
     stage,
     write_parquet,
 )
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> Iterator[DuckDBWarehouse]:
-    warehouse = DuckDBWarehouse(tmp_path / "state" / "warehouse.duckdb", lock_timeout_s=10)
-    yield warehouse
-    warehouse.close()
-
 
 # ----------------------------------------------------------------------- load jobs
 
