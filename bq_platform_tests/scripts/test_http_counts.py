@@ -6,7 +6,7 @@ BigQuery REST API v2; the expected counts are worked out by hand from the list.
 
 from typing import Any
 
-import bench_report
+import bench_http_report
 import http_counts
 
 from bq_platform_tests.http_recording import HttpCall
@@ -144,13 +144,13 @@ def test_report_section() -> None:
     run = http_counts.count_calls(calls, answers, phases, known_jobs={"copy-old": "pageviews"})
     http = {"site": "s", "day": "1995-08-01", "lines": 10, "met": False}
     http["runs"] = [{"name": "first run", **run}]
-    text = "\n".join(bench_report.http_markdown(http))
+    text = "\n".join(bench_http_report.http_markdown(http))
     # whole-table metadata 2 (max) / 3 (total), 1 insert/patch, 1 partition get, 0 lists
     row = "| first run | 13 | 3 | 2 / 3 | 1 | 1 | 0 | 2 / 3 | load 1, query 2 | 2 | 2 | 1 |"
     assert row in text
     assert "| first run | `stage_<hour>` | 1 | 1 | 0 | 1 | 0 | 2 | 1 | 0 | 0 | 1 |" in text
     assert "checks bill 0 bytes): NOT met** (first run: 1 of 3 tables" in text
-    assert "Not measured in this run" in "\n".join(bench_report.http_markdown(None))
+    assert "Not measured in this run" in "\n".join(bench_http_report.http_markdown(None))
 
 
 def test_tabledata_list_is_a_free_read_not_metadata() -> None:
@@ -190,7 +190,7 @@ def test_object_requests_by_gcs_operation_and_their_report() -> None:
         "total": 8,
     }
     objects = {"deliveries": 3, "phases": {"reads": counts}, "seconds": {"reads": 0.5}}
-    text = "\n".join(bench_report.objects_markdown(objects))
+    text = "\n".join(bench_http_report.objects_markdown(objects))
     assert "| reads | 8 | PATCH " in text and "objects.get (media) 2" in text
     assert "| 0.5 |" in text and "3 landed deliveries" in text
-    assert bench_report.objects_markdown(None) == []
+    assert bench_http_report.objects_markdown(None) == []
