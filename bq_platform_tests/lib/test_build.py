@@ -2,8 +2,9 @@
 
 A slice of the bundled logs (two hours of each site, plus odd lines, a duplicate delivery and
 an hour without data) is landed by a small helper that writes the gzip file and its
-LandedManifest at the layout's keys, then built once; the tests check the outputs against an
-independent Python computation of the same rules (logformat / pages / pseudonymize).
+LandedManifest at the layout's keys, then built once (:mod:`bq_platform_tests.lib.built_slice`);
+the tests check the outputs against an independent Python computation of the same rules
+(logformat / pages / pseudonymize). Builds again over that slice: ``test_build_reruns.py``.
 """
 
 import collections
