@@ -1,5 +1,5 @@
 """Fixtures of the warehouse tests: ``wh``, a local DuckDB warehouse on its own database file
-(a module's own ``wh`` fixture takes precedence)."""
+(one per test)."""
 
 from collections.abc import Iterator
 from pathlib import Path

@@ -6,7 +6,6 @@ row in the job history (``_bq_platform_jobs``), not even a metadata read for a r
 """
 
 import datetime as dt
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,13 +26,6 @@ from bq_platform_tests.lib.warehouse.rule_cases import (
     copy_job,
     load_job,
 )
-
-
-@pytest.fixture
-def wh(tmp_path: Path) -> Iterator[DuckDBWarehouse]:
-    warehouse = DuckDBWarehouse(tmp_path / "warehouse.duckdb", lock_timeout_s=10)
-    yield warehouse
-    warehouse.close()
 
 
 def _state(wh: DuckDBWarehouse) -> tuple[list[dict], list[dict], list[dict]]:
