@@ -5,6 +5,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The exact dependency versions installed (pip's constraints file; `make lock` rewrites it).
+CONSTRAINTS := constraints.txt
 # The local Spark driver's class archive (bq_platform/lib/spark_cds.py): ~1.5 s off each
 # session's start-up and ~3 s off a cold build; written once per install, ~35 s.
 CDS_ARCHIVE := $(VENV)/share/bq_platform/spark-driver.jsa
@@ -14,18 +16,31 @@ export DAGSTER_HOME ?= $(BQ_PLATFORM_HOME)/dagster_home
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(CURDIR)/$(BIN)/python
 
-.PHONY: install run test lint dev bench clean browser
+.PHONY: install run test lint dev bench clean browser lock
 
 install: $(STAMP) $(CDS_ARCHIVE)
 
 $(CDS_ARCHIVE): $(STAMP)
 	$(BIN)/python -m bq_platform.lib.spark_cds $@
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
+
+## lock: re-resolve pyproject.toml's ranges to the newest allowed versions into constraints.txt
+## (in a scratch venv; .venv is untouched until the next install). Then run `make test`.
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e '.[test]'
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable; } \
+	  > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf $(LOCK_VENV)
 
 ## run: land the bundled real logs and process every landed day (local: files, DuckDB, Spark local[*])
 run: install
