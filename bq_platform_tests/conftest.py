@@ -1,4 +1,5 @@
-"""Shared fixtures: one local SparkSession per test session, paths to the bundled real logs."""
+"""Shared fixtures: one local SparkSession per test session, paths to the bundled real logs, a
+Dagster instance that counts its event-log connections."""
 
 import os
 from collections.abc import Iterator
@@ -23,6 +24,15 @@ def _event_batch_size_kept() -> Iterator[None]:
         os.environ.pop(BATCH_SIZE_ENV, None)
     else:
         os.environ[BATCH_SIZE_ENV] = before
+
+
+@pytest.fixture
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``(instance, connections)``: a Dagster instance on our batched event log, and the
+    database files it connects to, in order (``event_log_entries.counting_instance``)."""
+    from bq_platform_tests.event_log_entries import counting_instance
+
+    return counting_instance(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="session")

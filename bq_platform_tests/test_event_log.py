@@ -15,7 +15,6 @@ from dagster._core.events import (
 from bq_platform.defs.check_events import PartitionCheck, report
 from bq_platform.event_log import BATCH_SIZE_ENV, BatchedSqliteEventLogStorage
 from bq_platform_tests.event_log_entries import (
-    counting_instance,
     entry,
     instance_in,
 )
@@ -138,11 +137,6 @@ def test_what_dagster_reads_back_is_what_its_own_sqlite_log_gives(tmp_path, monk
     assert stored_one_by_one[DagsterEventType.ASSET_MATERIALIZATION_PLANNED] == 0
     assert stored_one_by_one[DagsterEventType.ASSET_MATERIALIZATION] == 0
     assert stored_one_by_one[DagsterEventType.STEP_START] >= 1  # the rest: one by one
-
-
-@pytest.fixture
-def counted(tmp_path, monkeypatch):
-    return counting_instance(tmp_path, monkeypatch)
 
 
 def test_a_batch_is_two_transactions_whatever_its_length(counted):

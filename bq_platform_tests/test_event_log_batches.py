@@ -16,17 +16,11 @@ from bq_platform.event_log import BatchedSqliteEventLogStorage
 from bq_platform_tests.event_log_entries import (
     asset_rows,
     check_history,
-    counting_instance,
     entry,
     evaluation,
     instance_in,
     materialization,
 )
-
-
-@pytest.fixture
-def counted(tmp_path, monkeypatch):
-    return counting_instance(tmp_path, monkeypatch)
 
 
 def test_a_runs_check_evaluations_are_written_together_before_its_next_event(counted):
