@@ -4,15 +4,15 @@ Each test takes the ``backend`` fixture (:mod:`.contract_backends`) and asserts 
 warehouses must do, as BigQuery does it: ensure/reconcile/409 on create, WRITE_TRUNCATE loads,
 the publish of a whole day (24 stage tables -> one copy into ``pageviews$YYYYMMDD``), job
 lookup and 409 on insert, the next generation after a failure, the expired stage table, the
-append-only ledger, metadata counts, and BigQuery's rules refused before anything is sent.
+append-only ledger and metadata counts (``test_contract_rules.py``: BigQuery's rules refused
+before anything is sent). The ``backend`` fixture is in the folder's ``conftest.py``.
 Where bqemulator lacks a behaviour, :mod:`bq_platform_tests.bigquery_shim` gives it (each gap
 has a test in ``test_bigquery_warehouse.py`` that notices when the emulator learns it).
 """
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -21,7 +21,6 @@ from bq_platform.lib.jobids import sha256_json
 from bq_platform.lib.jobs import run_idempotent_job
 from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import (
-    CopyJob,
     JobConflictError,
     JobFailedError,
     JobStatus,
@@ -29,15 +28,11 @@ from bq_platform.lib.warehouse.base import (
     PublishRecord,
     SchemaMismatchError,
     TableExistsError,
-    Warehouse,
 )
-from bq_platform.lib.warehouse.rules import MAX_LOAD_URIS, RuleViolation
 from bq_platform.lib.warehouse.schema import Column, TableSpec, pageviews_spec, stage_spec
-from bq_platform_tests import emulators
 from bq_platform_tests.lib.warehouse.contract_backends import (
     Backend,
     BigQueryBackend,
-    DuckDBBackend,
     layout,
     load_factory,
     load_hour,
@@ -46,26 +41,9 @@ from bq_platform_tests.lib.warehouse.contract_backends import (
     stage,
 )
 
-gcs_emulator = emulators.gcs_emulator  # one of each emulator for this module
-bq_emulator = emulators.bq_emulator
-
 DAY = dt.date(1995, 8, 1)
 NEXT_DAY = DAY + dt.timedelta(days=1)
 HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in range(24)]
-
-
-@pytest.fixture(params=["duckdb", pytest.param("bigquery", marks=pytest.mark.emulator)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "duckdb":
-        made: Backend = DuckDBBackend(tmp_path)
-    else:
-        bq = request.getfixturevalue("bq_emulator")
-        gcs = request.getfixturevalue("gcs_emulator")
-        bucket = emulators.unique_name("bqp").replace("_", "-")
-        gcs.client().create_bucket(bucket)
-        made = BigQueryBackend(bq, gcs, bucket, emulators.unique_name("bqp"))
-    yield made
-    made.close()
 
 
 # -- tables ----------------------------------------------------------------------------------
@@ -356,54 +334,3 @@ def test_metadata_counts(backend: Backend) -> None:
     assert reader.partition_rows("pageviews", NEXT_DAY + dt.timedelta(days=1)) == 0
     assert reader.table_rows("no_such_table") is None
     assert reader.partition_rows("no_such_table", DAY) == 0
-
-
-# -- BigQuery's rules, refused before anything is sent ---------------------------------------
-
-PLAIN = TableSpec("plain", stage_spec("full", HOURS[0]).columns)  # unpartitioned
-STAGE = stage_spec("full", HOURS[0])
-LOAD = LoadJob("bqp_load_ok_g0", STAGE.name, ("gs://b/x.parquet",), STAGE)
-COPY = CopyJob("bqp_copy_ok_g0", (STAGE.name,), "pageviews$19950801")
-VIOLATIONS: dict[str, Callable[[Warehouse], object]] = {
-    "job-id-characters": lambda w: w.submit_job(dataclasses.replace(LOAD, job_id="a.b")),
-    "job-id-length": lambda w: w.submit_job(dataclasses.replace(LOAD, job_id="j" * 1025)),
-    "label-key": lambda w: w.submit_job(dataclasses.replace(LOAD, labels={"Run": "x"})),
-    "label-value": lambda w: w.submit_job(dataclasses.replace(LOAD, labels={"k": "v" * 64})),
-    "65-labels": lambda w: w.submit_job(
-        dataclasses.replace(LOAD, labels={f"k{i}": "v" for i in range(65)})
-    ),
-    "decorator-on-unpartitioned": lambda w: w.submit_job(
-        dataclasses.replace(LOAD, destination="plain$19950801", spec=PLAIN)
-    ),
-    "too-many-uris": lambda w: w.submit_job(
-        dataclasses.replace(LOAD, source_uris=tuple(f"u{i}" for i in range(MAX_LOAD_URIS + 1)))
-    ),
-    "load-schema": lambda w: w.submit_job(
-        dataclasses.replace(LOAD, spec=dataclasses.replace(STAGE, columns=STAGE.columns[:-1]))
-    ),
-    "copy-unpartitioned-source": lambda w: w.submit_job(
-        dataclasses.replace(COPY, sources=("plain",))
-    ),
-    "copy-clustering": lambda w: w.submit_job(dataclasses.replace(COPY, sources=("clustered",))),
-    "copy-missing-source": lambda w: w.submit_job(dataclasses.replace(COPY, sources=("nope",))),
-    "clustering-5-columns": lambda w: w.ensure_table(
-        dataclasses.replace(
-            PLAIN, name="five", clustering=("site", "page_path", "status", "event_id", "vhost")
-        )
-    ),
-}
-
-
-@pytest.mark.parametrize("violation", sorted(VIOLATIONS))
-def test_rule_violations_are_refused_before_anything_is_sent(
-    backend: Backend, violation: str
-) -> None:
-    warehouse = backend.warehouse()
-    for spec in (STAGE, PLAIN, pageviews_spec(False)):
-        warehouse.ensure_table(spec)
-    warehouse.ensure_table(dataclasses.replace(STAGE, name="clustered", clustering=("site",)))
-    warehouse.table_spec("nope")  # looked up once; the refusal itself sends nothing
-    before = backend.activity(warehouse)
-    with pytest.raises(RuleViolation, match="^BigQuery would refuse"):
-        VIOLATIONS[violation](warehouse)
-    assert backend.activity(warehouse) == before
