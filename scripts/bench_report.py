@@ -46,12 +46,31 @@ def machine() -> dict:
         info["java"] = java.stderr.splitlines()[0] if java.stderr else "?"
     except OSError:
         info["java"] = "not found"
+    info["pipeline_java"] = pipeline_java()
     for package in ("pyspark", "duckdb", "dagster"):
         try:
             info[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             info[package] = "?"
     return info
+
+
+def pipeline_java() -> str:
+    """The JDK of the pipeline's local driver (``bq_platform.lib.spark_jdk``) and the archive
+    it starts from; the bare jobs run on the machine's ``java``."""
+    from bq_platform.lib.spark_cds import archive_path
+    from bq_platform.lib.spark_jdk import local_java_home
+
+    home = local_java_home()
+    java = str(home / "bin" / "java") if home is not None else "java"
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+        version = done.stderr.splitlines()[0] if done.stderr else "?"
+    except OSError:
+        version = "not found"
+    archive = archive_path()
+    held = archive.name if archive is not None and archive.is_file() else "no archive"
+    return f"{version} ({held})"
 
 
 def median_index(values: list[float]) -> int:
@@ -171,7 +190,9 @@ def markdown(report: dict, block: str = "main") -> str:
         "",
         f"Machine: {m.get('nproc')} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB, "
         f"{m.get('os')}; Python {m.get('python')}, {m.get('java')}, PySpark {m.get('pyspark')}, "
-        f"DuckDB {m.get('duckdb')}, Dagster {m.get('dagster')}.",
+        f"DuckDB {m.get('duckdb')}, Dagster {m.get('dagster')}. The bare jobs run on the "
+        f"machine's `java`; the pipeline's local Spark driver on "
+        f"{m.get('pipeline_java', 'the same')}.",
         "",
     ]
     if _busy(report) or report.get("note"):

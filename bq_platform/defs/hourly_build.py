@@ -45,6 +45,7 @@ from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
 from bq_platform.lib.spark import ensure_local_spark_env
+from bq_platform.lib.spark_jdk import local_java_home
 
 #: The application's main file in this installation (``spark_apps/build_hours.py``).
 BUILD_APP = Path(__file__).resolve().parents[1] / "spark_apps" / "build_hours.py"
@@ -155,6 +156,10 @@ class SparkSubmitBuild(HourlyBuildResource):
             "BQ_PLATFORM_VISITOR_KEY": settings.visitor_key,
             "BQ_PLATFORM_LINES_PER_PASS": str(settings.lines_per_pass),
         }
+        local = str(self.spark_config.get("spark.master", "local[*]")).startswith("local")
+        java_home = local_java_home() if local else None
+        if java_home is not None:  # a local driver on the JDK its options are for
+            env["JAVA_HOME"] = str(java_home)
         context.log.info("launching the build: %s", " ".join(command[:3] + command[-5:]))
         with tempfile.TemporaryDirectory(prefix="bq-platform-build-") as folder:
             error_file = os.path.join(folder, "error.json")

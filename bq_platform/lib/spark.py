@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bq_platform.lib.spark_cds import archive_options
+from bq_platform.lib.spark_jdk import launcher_home, local_java_home
 
 #: log4j2 configuration that keeps Spark's console to errors (local masters, unless verbose).
 QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
@@ -59,7 +60,8 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
     ``BQ_PLATFORM_SPARK_VERBOSE`` is set (``bq-platform -v``). The driver and the executors get
     :data:`JIT_HUGE_METHODS`; a ``spark-submit`` outside this config must pass it too. A local
     driver also gets :data:`LOCAL_GC`, :data:`LOCAL_JIT_THRESHOLDS` and, once ``make install``
-    wrote it, the class archive of :mod:`bq_platform.lib.spark_cds`. Every session runs without
+    wrote it, the class archive of :mod:`bq_platform.lib.spark_cds` (an AOT cache on the bundled
+    JDK 25 that :func:`ensure_local_spark_env` selects). Every session runs without
     PySpark's DataFrame debugging (:data:`DATAFRAME_DEBUGGING`).
 
     Returns:
@@ -93,5 +95,15 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
 
 
 def ensure_local_spark_env() -> None:
-    """Bind local Spark to loopback (no network here; avoids hostname lookups)."""
+    """Prepare this process's environment for a local driver, before its session starts: bind
+    Spark to loopback (no network here; avoids hostname lookups), and set ``JAVA_HOME`` to the
+    local driver's JDK (:func:`bq_platform.lib.spark_jdk.local_java_home`: the bundled JDK 25
+    by default; ``BQ_PLATFORM_JAVA_HOME=system`` leaves ``JAVA_HOME`` as it is, unless it is the
+    bundled JDK's, set here before: then the JDK on the PATH). PySpark starts the driver JVM
+    with this process's environment; one process has one driver JVM."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    java_home = local_java_home()
+    if java_home is not None:
+        os.environ["JAVA_HOME"] = str(java_home)
+    elif os.environ.get("JAVA_HOME") == str(launcher_home()):  # this process's own, earlier
+        del os.environ["JAVA_HOME"]  # the machine's JDK: the one on the PATH

@@ -1,23 +1,33 @@
-"""The local Spark driver's class-data sharing (CDS) archive: Spark's classes, pre-parsed.
+"""The local Spark driver's class archive: Spark's classes pre-parsed, and on JDK 25 pre-linked
+with the JIT's profiles.
 
 A JVM spends seconds of a cold build loading, parsing and verifying the classes of Spark's
-jars (Spark, Hadoop, Parquet, Janino, ...). JDK 13+ can write every class a JVM loaded from its
-class path into a *dynamic archive* when it exits (``-XX:ArchiveClassesAtExit=FILE``, JEP 350),
-and a later JVM with the same JDK and class path maps that file instead
-(``-XX:SharedArchiveFile=FILE``): docs.oracle.com/en/java/javase/17/vm/class-data-sharing.html.
+jars (Spark, Hadoop, Parquet, Janino, ...), then compiling what runs hot. A training run can
+write what it loaded into an archive that later JVMs with the same JDK and class path map:
+
+- on the bundled JDK 25 (:mod:`bq_platform.lib.spark_jdk`, the default), an *AOT cache*
+  (``-XX:AOTCacheOutput=FILE`` at training, ``-XX:AOTCache=FILE`` after): the classes loaded
+  and linked (JEP 483) and the training's method profiles, so the JIT compiles the hot code
+  sooner (JEP 515); openjdk.org/jeps/514 for the one-step creation;
+- on another JDK (``BQ_PLATFORM_JAVA_HOME``), a *dynamic CDS archive* (JDK 13+,
+  ``-XX:ArchiveClassesAtExit=FILE``, JEP 350; ``-XX:SharedArchiveFile=FILE`` after):
+  docs.oracle.com/en/java/javase/17/vm/class-data-sharing.html.
 
 - :func:`create_archive` writes the archive once per virtual environment (``make install``
-  calls ``python -m bq_platform.lib.spark_cds``): it runs a small build (:func:`_train`: the
-  landing, transform, cache, counts and Parquet writes of a few lines) in a child process whose
-  driver JVM dumps its classes at exit, then moves the file into place atomically.
+  calls ``python -m bq_platform.lib.spark_cds --logs DIR``): it runs a build (:func:`_train`:
+  the landing, transform, cache, counts and Parquet writes of the bundled real logs, or of a
+  few synthetic lines) in a child process whose driver JVM writes the archive as it exits, then
+  moves the file into place atomically.
 - :func:`archive_options` gives the driver options that use it; :func:`bq_platform.lib.spark.
   spark_config` adds them for local masters (the driver runs the tasks there). A missing
   archive adds nothing; one the JVM cannot use (another JDK build or class path) is ignored by
-  the JVM, quietly (``-Xlog:cds*=off``: HotSpot would print a warning on stdout).
+  the JVM, quietly (``-Xlog:cds*=off``, ``-Xlog:aot*=off``: HotSpot would print warnings).
 
-Measured (issue 9, docs/PERFORMANCE.md): with the archive, the session start-up took 2.4-2.5 s
-against 3.9-4.1 s, and a cold build of the 1x bench's 72 hours (2.04 M lines, ``local[2]``)
-31.8-32.8 s against 33.2-36.3 s (three JVMs each, alternating). The archive is ~190 MB.
+Measured (issue 9, docs/PERFORMANCE.md): with the CDS archive on JDK 17, the session start-up
+took 2.4-2.5 s against 3.9-4.1 s, and a cold build of the 1x bench's 72 hours (2.04 M lines,
+``local[2]``) 31.8-32.8 s against 33.2-36.3 s (three JVMs each, alternating); the archive is
+~190 MB. With the AOT cache on JDK 25 (trained on the bundled logs), a whole 1x
+``bq-platform run`` took 26.2-26.6 s against 30.0-30.7 s on JDK 17 with the CDS archive.
 """
 
 import datetime as dt
@@ -30,30 +40,40 @@ import tempfile
 import time
 from pathlib import Path
 
+from bq_platform.lib.spark_jdk import uses_bundled_jdk
+
 #: Environment override of the archive's path; an empty value turns the archive off.
 ARCHIVE_ENV = "BQ_PLATFORM_SPARK_CDS_ARCHIVE"
 #: HotSpot's CDS log tags, silenced: an archive it cannot map is then ignored without output.
 QUIET_CDS = "-Xlog:cds*=off"
+#: The same for JDK 25's AOT cache (its warnings are tagged ``aot``).
+QUIET_AOT = "-Xlog:aot*=off"
 _TRAINING_HOUR = dt.datetime(1995, 8, 1, 12, tzinfo=dt.UTC)
 _LOG = logging.getLogger(__name__)
 
 
 def archive_path() -> Path | None:
     """Where the archive of this virtual environment lives (``$BQ_PLATFORM_SPARK_CDS_ARCHIVE``,
-    default ``<sys.prefix>/share/bq_platform/spark-driver.jsa``); None when turned off."""
+    default ``<sys.prefix>/share/bq_platform/spark-driver.aot`` on the bundled JDK, else
+    ``spark-driver.jsa``); None when turned off."""
     configured = os.environ.get(ARCHIVE_ENV)
     if configured is not None:
         return Path(configured) if configured.strip() else None
-    return Path(sys.prefix) / "share" / "bq_platform" / "spark-driver.jsa"
+    name = "spark-driver.aot" if uses_bundled_jdk() else "spark-driver.jsa"
+    return Path(sys.prefix) / "share" / "bq_platform" / name
 
 
 def archive_options(path: Path | None = None) -> list[str]:
-    """JVM options that map the archive at ``path`` (default :func:`archive_path`), or ``[]``
-    when there is no such file (or its path holds a quote or backslash). A path with blanks is
-    quoted for Spark's option string (``spark.driver.extraJavaOptions``)."""
+    """JVM options that map the archive at ``path`` (default :func:`archive_path`): an AOT
+    cache on the bundled JDK, else a CDS archive; ``[]`` when there is no such file (or its
+    path holds a quote or backslash). A path with blanks is quoted for Spark's option string
+    (``spark.driver.extraJavaOptions``)."""
     path = path if path is not None else archive_path()
     if path is None or not path.is_file():
         return []
+    if uses_bundled_jdk():
+        option = _path_option("-XX:AOTCache", path)
+        return [option, QUIET_AOT, QUIET_CDS] if option else []
     option = _path_option("-XX:SharedArchiveFile", path)
     return [option, QUIET_CDS] if option else []
 
@@ -68,11 +88,19 @@ def _path_option(flag: str, path: Path) -> str | None:
     return f'"{option}"' if any(c.isspace() for c in option) else option
 
 
-def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:
-    """Write the archive at ``path`` (replacing any) from a small training build.
+def create_archive(path: Path, *, logs: Path | None = None, timeout_s: float = 600.0) -> float:
+    """Write the archive at ``path`` (replacing any) from a training build.
 
-    The training runs in a child Python process (its driver JVM writes the archive when it
-    exits, after that process ends); the file appears at ``path`` only when complete.
+    The training runs in a child Python process whose driver JVM writes the archive as it
+    exits (the child waits for that); the file appears at ``path`` only when complete.
+
+    Args:
+        path: the archive's file.
+        logs: a landing tree (``DIR/<site>/<log files>``, e.g. the bundled real logs) for the
+            training to land and build; None builds ~200 synthetic lines of one hour. Real logs
+            give the JIT's profiles of real lines (a 1x ``run`` ~1 s faster on JDK 25 than with
+            the synthetic lines, issue 9).
+        timeout_s: the training's limit, seconds.
 
     Returns:
         The seconds it took.
@@ -84,16 +112,15 @@ def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     env = dict(os.environ, **{ARCHIVE_ENV: ""})  # the training must not map an old archive
+    args = [sys.executable, "-m", "bq_platform.lib.spark_cds", "--train", str(partial)]
     done = subprocess.run(
-        [sys.executable, "-m", "bq_platform.lib.spark_cds", "--train", str(partial)],
+        [*args, *(["--logs", str(logs)] if logs is not None else [])],
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout_s,
         check=False,
     )
-    # The driver JVM writes the archive as it exits, and it holds the captured pipes (PySpark
-    # starts it with the child's stdout and stderr) until then: the file is complete here.
     if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
         raise RuntimeError(
@@ -104,54 +131,99 @@ def create_archive(path: Path, *, timeout_s: float = 600.0) -> float:
     return time.monotonic() - started
 
 
-def _train(archive: Path) -> None:
-    """Run a small build in a session whose driver writes ``archive`` at exit."""
+def _train(archive: Path, logs: Path | None) -> None:
+    """Run a build in a session whose driver writes ``archive`` as it exits, then make it
+    exit and wait for it (PySpark would kill the JVM when this process ends, and a JDK 25
+    JVM writes its AOT cache only on a normal exit)."""
     from dagster_pyspark.resources import spark_session_from_config
 
     from bq_platform.lib.build import build_hours
-    from bq_platform.lib.landing import land_file
     from bq_platform.lib.objectstore.local import LocalObjectStore
     from bq_platform.lib.spark import ensure_local_spark_env, spark_config
 
     ensure_local_spark_env()
     config = spark_config("local[2]", shuffle_partitions=2)
-    dump = _path_option("-XX:ArchiveClassesAtExit", archive)
+    flag = "-XX:AOTCacheOutput" if uses_bundled_jdk() else "-XX:ArchiveClassesAtExit"
+    dump = _path_option(flag, archive)
     if dump is None:
         raise ValueError(f"the archive's path must hold no quote or backslash: {archive}")
     config["spark.driver.extraJavaOptions"] += f" {dump}"
     spark = spark_session_from_config(config)  # as the Dagster resource starts its session
     with tempfile.TemporaryDirectory() as work:
-        log_file = Path(work) / "training.log.gz"
-        stamp = _TRAINING_HOUR.strftime("%d/%b/%Y:%H:%M:%S +0000")
-        lines = [
-            f'host{i}.example.com - - [{stamp}] "GET /page{i % 7}.html HTTP/1.0" 200 {i}'
-            for i in range(200)
-        ]
-        lines += [
-            f'h.example.com - - [{stamp}] "GET /a.gif HTTP/1.0" 200 10 "http://r/" "agent"',
-            "a line that is not a log line",
-        ]
-        log_file.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
         store = LocalObjectStore(Path(work) / "lake")
-        land_file(store, "training.example.com", log_file)
-        build_hours(spark, store, [_TRAINING_HOUR], attempt_id="cds-training", visitor_key="k")
+        hours = _land_training_logs(store, Path(work), logs)
+        build_hours(spark, store, hours, attempt_id="cds-training", visitor_key="k")
+    gateway = spark.sparkContext._gateway
     spark.stop()
+    _exit_jvm(gateway)
+
+
+def _land_training_logs(store, work: Path, logs: Path | None) -> list[dt.datetime]:
+    """Land the training's input into ``store``; returns its UTC hours, in order."""
+    from bq_platform.lib.landing import land_file, land_files
+    from bq_platform.lib.landing_tree import site_folders
+
+    if logs is not None:
+        hours = set()
+        for folder in site_folders(logs):
+            files = sorted(p for p in folder.iterdir() if p.is_file())
+            hours |= {f.manifest.hour for f in land_files(store, folder.name, files)}
+        return sorted(hours)
+    log_file = work / "training.log.gz"
+    stamp = _TRAINING_HOUR.strftime("%d/%b/%Y:%H:%M:%S +0000")
+    lines = [
+        f'host{i}.example.com - - [{stamp}] "GET /page{i % 7}.html HTTP/1.0" 200 {i}'
+        for i in range(200)
+    ]
+    lines += [
+        f'h.example.com - - [{stamp}] "GET /a.gif HTTP/1.0" 200 10 "http://r/" "agent"',
+        "a line that is not a log line",
+    ]
+    log_file.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    land_file(store, "training.example.com", log_file)
+    return [_TRAINING_HOUR]
+
+
+def _exit_jvm(gateway) -> None:
+    """``System.exit(0)`` in the driver JVM (its exit hooks write the archive), then wait for
+    the process. The call cannot return (the JVM is gone), so it runs on a thread whose error
+    is dropped."""
+    import threading
+
+    def exit_() -> None:
+        try:
+            gateway.jvm.java.lang.System.exit(0)
+        except Exception:  # noqa: BLE001 - the connection dies with the JVM, as intended
+            pass
+
+    threading.Thread(target=exit_, daemon=True).start()
+    gateway.proc.wait(timeout=600)
 
 
 def main(argv: list[str]) -> int:
-    """``python -m bq_platform.lib.spark_cds [PATH]``: create the archive (default
-    :func:`archive_path`); logs one line and exits 0 even when it fails, since the archive only
-    saves time. ``--train FILE`` is the child process of :func:`create_archive`."""
+    """``python -m bq_platform.lib.spark_cds [PATH] [--logs DIR]``: create the archive
+    (default :func:`archive_path`), trained on the landing tree ``DIR`` when it exists; logs
+    one line and exits 0 even when it fails, since the archive only saves time. ``--train FILE
+    [--logs DIR]`` is the child process of :func:`create_archive`."""
+    logs = None
+    if "--logs" in argv:
+        at = argv.index("--logs")
+        logs = Path(argv[at + 1])
+        argv = argv[:at] + argv[at + 2 :]
     if argv[:1] == ["--train"]:
-        _train(Path(argv[1]))
-        return 0
+        _train(Path(argv[1]), logs)
+        sys.stdout.flush()
+        os._exit(0)  # not PySpark's exit handlers: the JVM they would stop is gone
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     path = Path(argv[0]) if argv else archive_path()
     if path is None:
         _LOG.info("Spark class archive: off ($%s is empty)", ARCHIVE_ENV)
         return 0
+    if logs is not None and not logs.is_dir():
+        _LOG.info("Spark class archive: no %s, trained on synthetic lines", logs)
+        logs = None
     try:
-        seconds = create_archive(path)
+        seconds = create_archive(path, logs=logs)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
         _LOG.warning("Spark class archive not created, runs start ~1.5 s slower: %s", error)
         return 0

@@ -31,6 +31,7 @@ from bq_platform.lib.hours import parse_hour_label
 from bq_platform.lib.landing import land_files
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.spark_jdk import local_java_home
 from bq_platform_tests.lib.build_inputs import parquet_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -78,13 +79,21 @@ def _wait_for(log: Path, text: str, count: int, procs: list[subprocess.Popen]) -
     raise TimeoutError(f"{text!r} x{count} not seen in {log} after {_START_TIMEOUT_S} s")
 
 
+def _java_env() -> dict[str, str]:
+    """``JAVA_HOME`` of every JVM here, the local driver's JDK (the bundled JDK 25 by default):
+    the master, the workers and both drivers on one JDK, whichever test set the process's
+    ``JAVA_HOME`` first."""
+    java_home = local_java_home()
+    return {"JAVA_HOME": str(java_home)} if java_home is not None else {}
+
+
 @pytest.fixture(scope="module")
 def standalone_master(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """``spark://127.0.0.1:<port>`` of a running master with two registered workers, and the
     folder of their logs and work directories (``work-1``, ``work-2``)."""
     spark_class = _spark_class()
     tmp = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp)}
+    env = {**os.environ, **_java_env(), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp)}
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []
@@ -166,6 +175,7 @@ def _build(master: str, store: LocalObjectStore, attempt: str, hours: list[str])
         conf |= CLUSTER_CONF | {"spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods"}
     env = {
         **os.environ,
+        **_java_env(),
         "BQ_PLATFORM_ENV": "local",
         "BQ_PLATFORM_HOME": str(Path(store.root).parent),
         "BQ_PLATFORM_VISITOR_KEY": KEY,

@@ -4,6 +4,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from bq_platform.lib.spark import (
     JIT_HUGE_METHODS,
     LOCAL_GC,
@@ -12,11 +14,13 @@ from bq_platform.lib.spark import (
 )
 from bq_platform.lib.spark_cds import (
     ARCHIVE_ENV,
+    QUIET_AOT,
     QUIET_CDS,
     archive_options,
     archive_path,
     create_archive,
 )
+from bq_platform.lib.spark_jdk import JAVA_HOME_ENV, SYSTEM
 
 
 def test_a_local_driver_uses_the_throughput_collector_and_clusters_keep_theirs() -> None:
@@ -70,22 +74,35 @@ def test_a_column_is_built_without_sending_its_call_site_to_the_jvm(spark, monke
     assert len(sent) <= 3, sent  # the two comparisons and the `&`
 
 
-def test_the_class_archive_is_used_only_where_it_exists(tmp_path, monkeypatch) -> None:
-    archive = tmp_path / "spark-driver.jsa"
+@pytest.mark.parametrize(
+    ("java_home", "flag", "quiet"),
+    [
+        ("", "-XX:AOTCache", [QUIET_AOT, QUIET_CDS]),  # the bundled JDK 25
+        (SYSTEM, "-XX:SharedArchiveFile", [QUIET_CDS]),  # the machine's JDK
+    ],
+)
+def test_the_class_archive_is_used_only_where_it_exists(
+    tmp_path, monkeypatch, java_home: str, flag: str, quiet: list[str]
+) -> None:
+    monkeypatch.setenv(JAVA_HOME_ENV, java_home)
+    archive = tmp_path / "spark-driver.archive"
     monkeypatch.setenv(ARCHIVE_ENV, str(archive))
     assert archive_options() == []
-    assert not any("SharedArchiveFile" in o for o in _driver_options("local[2]"))
+    assert not any(flag in o for o in _driver_options("local[2]"))
     archive.write_bytes(b"not an archive")
-    assert archive_options() == [f"-XX:SharedArchiveFile={archive}", QUIET_CDS]
-    assert f"-XX:SharedArchiveFile={archive}" in _driver_options("local[2]")
-    assert not any("SharedArchiveFile" in o for o in _driver_options("spark://host:7077"))
-    blank = tmp_path / "a folder" / "spark-driver.jsa"
+    assert archive_options() == [f"{flag}={archive}", *quiet]
+    assert f"{flag}={archive}" in _driver_options("local[2]")
+    assert not any(flag in o for o in _driver_options("spark://host:7077"))
+    blank = tmp_path / "a folder" / "spark-driver.archive"
     blank.parent.mkdir()
     blank.write_bytes(b"not an archive")
-    assert archive_options(blank)[0] == f'"-XX:SharedArchiveFile={blank}"'  # one option
-    quote = tmp_path / "it's.jsa"
+    assert archive_options(blank)[0] == f'"{flag}={blank}"'  # one option
+    quote = tmp_path / "it's.archive"
     quote.write_bytes(b"not an archive")
     assert archive_options(quote) == []
+    monkeypatch.delenv(ARCHIVE_ENV)
+    suffix = ".aot" if flag == "-XX:AOTCache" else ".jsa"
+    assert archive_path() is not None and archive_path().suffix == suffix
     monkeypatch.setenv(ARCHIVE_ENV, "")
     assert archive_path() is None and archive_options() == []
 
@@ -112,11 +129,18 @@ def _start_session(options: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_driver_maps_the_class_archive(tmp_path, monkeypatch) -> None:
-    """The archive (make install's, else one written here) is one a driver JVM can map:
-    ``-Xshare:on`` makes HotSpot refuse to start otherwise; a broken file is refused. The copy
+@pytest.mark.parametrize(
+    ("java_home", "strict"),
+    [("", "-XX:AOTMode=on"), (SYSTEM, "-Xshare:on")],  # the bundled JDK 25; the machine's
+)
+def test_the_driver_maps_the_class_archive(
+    tmp_path, monkeypatch, java_home: str, strict: str
+) -> None:
+    """The archive (make install's, else one written here) is one a driver JVM can map: the
+    strict option makes HotSpot refuse to start otherwise; a broken file is refused. The copy
     sits in a folder with a blank, which Spark's option string must keep in one option."""
-    archive = tmp_path / "with blank" / "spark-driver.jsa"
+    monkeypatch.setenv(JAVA_HOME_ENV, java_home)
+    archive = tmp_path / "with blank" / "spark-driver.archive"
     archive.parent.mkdir()
     installed = archive_path()
     if installed is not None and installed.is_file():
@@ -124,13 +148,14 @@ def test_the_driver_maps_the_class_archive(tmp_path, monkeypatch) -> None:
     else:
         create_archive(archive)
     monkeypatch.setenv(ARCHIVE_ENV, str(archive))
-    started = _start_session("-Xshare:on")
+    started = _start_session(strict)
     assert started.returncode == 0, started.stderr[-2000:]
 
-    broken = tmp_path / "broken.jsa"
+    broken = tmp_path / "broken.archive"
     broken.write_bytes(b"\0" * 4096)
     monkeypatch.setenv(ARCHIVE_ENV, str(broken))
-    assert _start_session("-Xshare:on").returncode != 0  # the check above can fail
-    quiet = _start_session("")  # without -Xshare:on: ignored, and nothing is printed about it
+    assert _start_session(strict).returncode != 0  # the check above can fail
+    quiet = _start_session("")  # without the strict option: ignored, and nothing is printed
     assert quiet.returncode == 0, quiet.stderr[-2000:]
-    assert "shared archive" not in (quiet.stdout + quiet.stderr).lower()
+    printed = (quiet.stdout + quiet.stderr).lower()
+    assert "shared archive" not in printed and "aot" not in printed, printed[-2000:]
