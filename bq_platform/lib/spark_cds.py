@@ -39,8 +39,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bq_platform.lib.spark_jdk import uses_bundled_jdk
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JavaGateway
+
+    from bq_platform.lib.objectstore.base import ObjectStore
 
 #: Environment override of the archive's path; an empty value turns the archive off.
 ARCHIVE_ENV = "BQ_PLATFORM_SPARK_CDS_ARCHIVE"
@@ -133,8 +139,8 @@ def create_archive(path: Path, *, logs: Path | None = None, timeout_s: float = 6
 
 def _train(archive: Path, logs: Path | None) -> None:
     """Run a build in a session whose driver writes ``archive`` as it exits, then make it
-    exit and wait for it (PySpark would kill the JVM when this process ends, and a JDK 25
-    JVM writes its AOT cache only on a normal exit)."""
+    exit and wait for it: left to end with this process, a JDK 25 driver was seen to stop
+    before it had written its AOT cache."""
     from dagster_pyspark.resources import spark_session_from_config
 
     from bq_platform.lib.build import build_hours
@@ -158,7 +164,7 @@ def _train(archive: Path, logs: Path | None) -> None:
     _exit_jvm(gateway)
 
 
-def _land_training_logs(store, work: Path, logs: Path | None) -> list[dt.datetime]:
+def _land_training_logs(store: "ObjectStore", work: Path, logs: Path | None) -> list[dt.datetime]:
     """Land the training's input into ``store``; returns its UTC hours, in order."""
     from bq_platform.lib.landing import land_file, land_files
     from bq_platform.lib.landing_tree import site_folders
@@ -184,7 +190,7 @@ def _land_training_logs(store, work: Path, logs: Path | None) -> list[dt.datetim
     return [_TRAINING_HOUR]
 
 
-def _exit_jvm(gateway) -> None:
+def _exit_jvm(gateway: "JavaGateway") -> None:
     """``System.exit(0)`` in the driver JVM (its exit hooks write the archive), then wait for
     the process. The call cannot return (the JVM is gone), so it runs on a thread whose error
     is dropped."""
