@@ -10,7 +10,7 @@ CONSTRAINTS := constraints.txt
 SHARED_DATA ?= ../shared/data
 # The local Spark driver's class archive (bq_platform/lib/spark_cds.py): on the bundled JDK 25
 # (bq_platform/lib/spark_jdk.py) an AOT cache, trained on the bundled real logs; ~4 s off a 1x
-# bench run. Written once per install, ~35 s.
+# bench run. Written once per install, ~45 s.
 CDS_ARCHIVE := $(VENV)/share/bq_platform/spark-driver.aot
 export BQ_PLATFORM_HOME ?= $(CURDIR)/.bq_platform
 export DAGSTER_HOME ?= $(BQ_PLATFORM_HOME)/dagster_home

@@ -16,8 +16,8 @@ write what it loaded into an archive that later JVMs with the same JDK and class
 - :func:`create_archive` writes the archive once per virtual environment (``make install``
   calls ``python -m bq_platform.lib.spark_cds --logs DIR``): it runs a build (:func:`_train`:
   the landing, transform, cache, counts and Parquet writes of the bundled real logs, or of a
-  few synthetic lines) in a child process whose driver JVM writes the archive as it exits, then
-  moves the file into place atomically.
+  few synthetic lines, :data:`TRAINING_ROUNDS` times) in a child process whose driver JVM
+  writes the archive as it exits, then moves the file into place atomically.
 - :func:`archive_options` gives the driver options that use it; :func:`bq_platform.lib.spark.
   spark_config` adds them for local masters (the driver runs the tasks there). A missing
   archive adds nothing; one the JVM cannot use (another JDK build or class path) is ignored by
@@ -54,6 +54,11 @@ ARCHIVE_ENV = "BQ_PLATFORM_SPARK_CDS_ARCHIVE"
 QUIET_CDS = "-Xlog:cds*=off"
 #: The same for JDK 25's AOT cache (its warnings are tagged ``aot``).
 QUIET_AOT = "-Xlog:aot*=off"
+#: Builds of the training input in the training's JVM: the later ones run compiled code, so the
+#: JIT's profiles in a JDK 25 AOT cache are those of a warm build. A 1x ``run`` with a cache of
+#: 3 builds of the bundled logs: 27.3, 27.3, 27.9, 27.4 s; of 1 build: 27.8, 28.0, 27.8, 28.4 s
+#: (alternating; issue 9, docs/PERFORMANCE.md). Costs ~6 s more at install.
+TRAINING_ROUNDS = 3
 _TRAINING_HOUR = dt.datetime(1995, 8, 1, 12, tzinfo=dt.UTC)
 _LOG = logging.getLogger(__name__)
 
@@ -158,7 +163,8 @@ def _train(archive: Path, logs: Path | None) -> None:
     with tempfile.TemporaryDirectory() as work:
         store = LocalObjectStore(Path(work) / "lake")
         hours = _land_training_logs(store, Path(work), logs)
-        build_hours(spark, store, hours, attempt_id="cds-training", visitor_key="k")
+        for round_ in range(TRAINING_ROUNDS):
+            build_hours(spark, store, hours, attempt_id=f"cds-training-{round_}", visitor_key="k")
     gateway = spark.sparkContext._gateway
     spark.stop()
     _exit_jvm(gateway)
