@@ -44,8 +44,7 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
-from bq_platform.lib.spark import ensure_local_spark_env
-from bq_platform.lib.spark_jdk import local_java_home
+from bq_platform.lib.spark import ensure_local_spark_env, is_local_master
 
 #: The application's main file in this installation (``spark_apps/build_hours.py``).
 BUILD_APP = Path(__file__).resolve().parents[1] / "spark_apps" / "build_hours.py"
@@ -156,10 +155,8 @@ class SparkSubmitBuild(HourlyBuildResource):
             "BQ_PLATFORM_VISITOR_KEY": settings.visitor_key,
             "BQ_PLATFORM_LINES_PER_PASS": str(settings.lines_per_pass),
         }
-        local = str(self.spark_config.get("spark.master", "local[*]")).startswith("local")
-        java_home = local_java_home() if local else None
-        if java_home is not None:  # a local driver on the JDK its options are for
-            env["JAVA_HOME"] = str(java_home)
+        if is_local_master(str(self.spark_config.get("spark.master", "local[*]"))):
+            ensure_local_spark_env()  # the application's driver inherits it: its JDK, loopback
         context.log.info("launching the build: %s", " ".join(command[:3] + command[-5:]))
         with tempfile.TemporaryDirectory(prefix="bq-platform-build-") as folder:
             error_file = os.path.join(folder, "error.json")
@@ -253,7 +250,7 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
     @property
     def is_local(self) -> bool:
         """True if the master runs the driver and the tasks in this process's JVM."""
-        return str(self.spark_config.get("spark.master", "")).startswith("local")
+        return is_local_master(str(self.spark_config.get("spark.master", "")))
 
     def prepare_environment(self) -> None:
         """What this process needs before the session starts: a local master binds to loopback

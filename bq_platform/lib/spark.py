@@ -67,7 +67,7 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
     Returns:
         A dict for ``SparkSession.builder.config`` / ``dagster_pyspark.PySparkResource``.
     """
-    local = master.startswith("local")
+    local = is_local_master(master)
     quiet = local and not os.environ.get("BQ_PLATFORM_SPARK_VERBOSE")
     driver_options = [JIT_HUGE_METHODS]
     if local:
@@ -92,6 +92,13 @@ def spark_config(master: str = "local[*]", shuffle_partitions: int = 8) -> dict[
         "spark.hadoop.parquet.enable.summary-metadata": "false",
         DATAFRAME_DEBUGGING[0]: DATAFRAME_DEBUGGING[1],
     }
+
+
+def is_local_master(master: str) -> bool:
+    """Whether ``master`` (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``) runs the tasks
+    in the driver's own JVM, the case that gets the local driver's JDK, options and archive
+    (spark.apache.org/docs/latest/submitting-applications.html, "Master URLs")."""
+    return master.startswith("local")
 
 
 def ensure_local_spark_env() -> None:

@@ -30,6 +30,7 @@ took 2.4-2.5 s against 3.9-4.1 s, and a cold build of the 1x bench's 72 hours (2
 ``bq-platform run`` took 26.2-26.6 s against 30.0-30.7 s on JDK 17 with the CDS archive.
 """
 
+import argparse
 import datetime as dt
 import gzip
 import logging
@@ -172,15 +173,12 @@ def _train(archive: Path, logs: Path | None) -> None:
 
 def _land_training_logs(store: "ObjectStore", work: Path, logs: Path | None) -> list[dt.datetime]:
     """Land the training's input into ``store``; returns its UTC hours, in order."""
-    from bq_platform.lib.landing import land_file, land_files
-    from bq_platform.lib.landing_tree import site_folders
+    from bq_platform.lib.landing import land_file
+    from bq_platform.lib.landing_tree import land_site, site_folders
 
-    if logs is not None:
-        hours = set()
-        for folder in site_folders(logs):
-            files = sorted(p for p in folder.iterdir() if p.is_file())
-            hours |= {f.manifest.hour for f in land_files(store, folder.name, files)}
-        return sorted(hours)
+    if logs is not None:  # as `bq-platform land-tree DIR` lands it
+        landed = [land_site(lambda: store, f, None).landed for f in site_folders(logs)]
+        return sorted({file.manifest.hour for site in landed for file in site})
     log_file = work / "training.log.gz"
     stamp = _TRAINING_HOUR.strftime("%d/%b/%Y:%H:%M:%S +0000")
     lines = [
@@ -217,17 +215,18 @@ def main(argv: list[str]) -> int:
     (default :func:`archive_path`), trained on the landing tree ``DIR`` when it exists; logs
     one line and exits 0 even when it fails, since the archive only saves time. ``--train FILE
     [--logs DIR]`` is the child process of :func:`create_archive`."""
-    logs = None
-    if "--logs" in argv:
-        at = argv.index("--logs")
-        logs = Path(argv[at + 1])
-        argv = argv[:at] + argv[at + 2 :]
-    if argv[:1] == ["--train"]:
-        _train(Path(argv[1]), logs)
+    parser = argparse.ArgumentParser(prog="python -m bq_platform.lib.spark_cds")
+    parser.add_argument("path", nargs="?", type=Path, help="the archive (default: this venv's)")
+    parser.add_argument("--logs", type=Path, help="a landing tree DIR/<site>/<files> to train on")
+    parser.add_argument("--train", type=Path, help=argparse.SUPPRESS)  # create_archive's child
+    args = parser.parse_args(argv)
+    logs = args.logs
+    if args.train is not None:
+        _train(args.train, logs)
         sys.stdout.flush()
         os._exit(0)  # not PySpark's exit handlers: the JVM they would stop is gone
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    path = Path(argv[0]) if argv else archive_path()
+    path = args.path if args.path is not None else archive_path()
     if path is None:
         _LOG.info("Spark class archive: off ($%s is empty)", ARCHIVE_ENV)
         return 0
