@@ -103,14 +103,14 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (2, 4):
         print(__doc__, file=sys.stderr)
         return 2
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from bq_platform.lib.build import build_hours
     from bq_platform.lib.hours import parse_hour_label
     from bq_platform.lib.objectstore.local import LocalObjectStore
-    from bq_platform.lib.spark import spark_config
+    from bq_platform.lib.spark import ensure_local_spark_env, spark_config
 
+    ensure_local_spark_env()  # loopback, and the local driver's JDK (its archive's JDK)
     lake = Path(argv[1]).resolve()
     first = parse_hour_label(argv[2] if len(argv) == 4 else "1995-09-01T00")
     hours = [first + dt.timedelta(hours=i) for i in range(int(argv[3]) if len(argv) == 4 else 72)]

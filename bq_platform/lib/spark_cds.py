@@ -55,6 +55,14 @@ ARCHIVE_ENV = "BQ_PLATFORM_SPARK_CDS_ARCHIVE"
 QUIET_CDS = "-Xlog:cds*=off"
 #: The same for JDK 25's AOT cache (its warnings are tagged ``aot``).
 QUIET_AOT = "-Xlog:aot*=off"
+#: With the AOT cache: HotSpot queues a method the training compiled for compilation as soon as
+#: the classes it depends on are initialized (``AOTCompileEagerly``, "Compile methods as soon as
+#: possible", an experimental flag of JDK 25's ``cds_globals.hpp``; JDK-8359436 tests that it is
+#: accepted), instead of waiting for its invocation counters to reach the thresholds again. A
+#: cold build of the 1x bench's 72 hours (``scripts/build_stages.py``, five JVMs each,
+#: alternating): 18.7-19.4 s (mean 19.0) against 19.3-20.1 s (mean 19.8); the JIT's CPU the same,
+#: the driver's ~0.5 s less (issue 9, docs/PERFORMANCE.md).
+EAGER_AOT_COMPILATION = ("-XX:+UnlockExperimentalVMOptions", "-XX:+AOTCompileEagerly")
 #: Builds of the training input in the training's JVM: the later ones run compiled code, so the
 #: JIT's profiles in a JDK 25 AOT cache are those of a warm build. A 1x ``run`` with a cache of
 #: 3 builds of the bundled logs: 27.3, 27.3, 27.9, 27.4 s; of 1 build: 27.8, 28.0, 27.8, 28.4 s
@@ -77,15 +85,15 @@ def archive_path() -> Path | None:
 
 def archive_options(path: Path | None = None) -> list[str]:
     """JVM options that map the archive at ``path`` (default :func:`archive_path`): an AOT
-    cache on the bundled JDK, else a CDS archive; ``[]`` when there is no such file (or its
-    path holds a quote or backslash). A path with blanks is quoted for Spark's option string
-    (``spark.driver.extraJavaOptions``)."""
+    cache on the bundled JDK (with :data:`EAGER_AOT_COMPILATION`), else a CDS archive; ``[]``
+    when there is no such file (or its path holds a quote or backslash). A path with blanks is
+    quoted for Spark's option string (``spark.driver.extraJavaOptions``)."""
     path = path if path is not None else archive_path()
     if path is None or not path.is_file():
         return []
     if uses_bundled_jdk():
         option = _path_option("-XX:AOTCache", path)
-        return [option, QUIET_AOT, QUIET_CDS] if option else []
+        return [option, QUIET_AOT, QUIET_CDS, *EAGER_AOT_COMPILATION] if option else []
     option = _path_option("-XX:SharedArchiveFile", path)
     return [option, QUIET_CDS] if option else []
 

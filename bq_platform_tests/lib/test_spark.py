@@ -14,6 +14,7 @@ from bq_platform.lib.spark import (
 )
 from bq_platform.lib.spark_cds import (
     ARCHIVE_ENV,
+    EAGER_AOT_COMPILATION,
     QUIET_AOT,
     QUIET_CDS,
     archive_options,
@@ -77,7 +78,7 @@ def test_a_column_is_built_without_sending_its_call_site_to_the_jvm(spark, monke
 @pytest.mark.parametrize(
     ("java_home", "flag", "quiet"),
     [
-        ("", "-XX:AOTCache", [QUIET_AOT, QUIET_CDS]),  # the bundled JDK 25
+        ("", "-XX:AOTCache", [QUIET_AOT, QUIET_CDS, *EAGER_AOT_COMPILATION]),  # the bundled JDK 25
         (SYSTEM, "-XX:SharedArchiveFile", [QUIET_CDS]),  # the machine's JDK
     ],
 )
