@@ -41,11 +41,7 @@ def machine() -> dict:
     except (OSError, ValueError):
         pass
     info["python"] = platform.python_version()
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-        info["java"] = java.stderr.splitlines()[0] if java.stderr else "?"
-    except OSError:
-        info["java"] = "not found"
+    info["java"] = java_version("java")
     info["pipeline_java"] = pipeline_java()
     for package in ("pyspark", "duckdb", "dagster"):
         try:
@@ -62,15 +58,20 @@ def pipeline_java() -> str:
     from bq_platform.lib.spark_jdk import local_java_home
 
     home = local_java_home()
-    java = str(home / "bin" / "java") if home is not None else "java"
-    try:
-        done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-        version = done.stderr.splitlines()[0] if done.stderr else "?"
-    except OSError:
-        version = "not found"
+    version = java_version(str(home / "bin" / "java") if home is not None else "java")
     archive = archive_path()
     held = archive.name if archive is not None and archive.is_file() else "no archive"
     return f"{version} ({held})"
+
+
+def java_version(java: str) -> str:
+    """The first line ``java -version`` prints (``?`` when none; ``not found`` when it cannot
+    run)."""
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return "not found"
+    return done.stderr.splitlines()[0] if done.stderr else "?"
 
 
 def median_index(values: list[float]) -> int:

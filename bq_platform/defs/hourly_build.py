@@ -44,7 +44,7 @@ from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.manifest_reads import read_hour_manifests
 from bq_platform.lib.objectstore.base import ObjectStore
 from bq_platform.lib.partition_window import HourWindow
-from bq_platform.lib.spark import ensure_local_spark_env, is_local_master
+from bq_platform.lib.spark import prepare_driver_env
 
 #: The application's main file in this installation (``spark_apps/build_hours.py``).
 BUILD_APP = Path(__file__).resolve().parents[1] / "spark_apps" / "build_hours.py"
@@ -155,8 +155,8 @@ class SparkSubmitBuild(HourlyBuildResource):
             "BQ_PLATFORM_VISITOR_KEY": settings.visitor_key,
             "BQ_PLATFORM_LINES_PER_PASS": str(settings.lines_per_pass),
         }
-        if is_local_master(str(self.spark_config.get("spark.master", "local[*]"))):
-            ensure_local_spark_env()  # the application's driver inherits it: its JDK, loopback
+        # the application's driver inherits it: a local one its JDK and loopback
+        prepare_driver_env(str(self.spark_config.get("spark.master", "local[*]")))
         context.log.info("launching the build: %s", " ".join(command[:3] + command[-5:]))
         with tempfile.TemporaryDirectory(prefix="bq-platform-build-") as folder:
             error_file = os.path.join(folder, "error.json")
@@ -247,16 +247,10 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
         # the session starts beside the run, while the landing zone is checked
         return run_job(job, context.log, session=lambda: self.spark_session)
 
-    @property
-    def is_local(self) -> bool:
-        """True if the master runs the driver and the tasks in this process's JVM."""
-        return is_local_master(str(self.spark_config.get("spark.master", "")))
-
     def prepare_environment(self) -> None:
-        """What this process needs before the session starts: a local master binds to loopback
-        (:func:`~bq_platform.lib.spark.ensure_local_spark_env`); other masters need nothing."""
-        if self.is_local:
-            ensure_local_spark_env()
+        """What this process needs before the session starts
+        (:func:`~bq_platform.lib.spark.prepare_driver_env` of the configured master)."""
+        prepare_driver_env(str(self.spark_config.get("spark.master", "")))
 
     def start_in_background(self) -> threading.Thread:
         """Start this resource's Spark session on a daemon thread, ahead of the run that uses it.

@@ -85,12 +85,11 @@ def job_session() -> Any:
     """
     from pyspark.sql import SparkSession
 
-    from bq_platform.lib.spark import ensure_local_spark_env, is_local_master, spark_config
+    from bq_platform.lib.spark import prepare_driver_env, spark_config
 
     master = os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]")
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        if is_local_master(master):
-            ensure_local_spark_env()
+        prepare_driver_env(master)
         builder = SparkSession.builder
         for key, value in spark_config(master).items():
             builder = builder.config(key, value)

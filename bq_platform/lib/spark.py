@@ -101,6 +101,15 @@ def is_local_master(master: str) -> bool:
     return master.startswith("local")
 
 
+def prepare_driver_env(master: str) -> None:
+    """Prepare this process's environment for a driver of ``master`` before its JVM starts
+    (in this process, or in a ``spark-submit`` child, which inherits it): for a local master
+    :func:`ensure_local_spark_env`; other masters need nothing (their drivers and executors keep
+    their machines' JDK)."""
+    if is_local_master(master):
+        ensure_local_spark_env()
+
+
 def ensure_local_spark_env() -> None:
     """Prepare this process's environment for a local driver, before its session starts: bind
     Spark to loopback (no network here; avoids hostname lookups), and set ``JAVA_HOME`` to the

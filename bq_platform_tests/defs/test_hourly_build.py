@@ -18,6 +18,7 @@ from bq_platform.defs import hourly_build as module
 from bq_platform.defs.hourly_build import BUILD_APP, SparkResource, SparkSubmitBuild, hourly_build
 from bq_platform.defs.resources import LocalObjectStoreResource
 from bq_platform.lib import layout
+from bq_platform.lib import spark as spark_lib
 from bq_platform.lib.hours import hour_label
 from bq_platform.lib.manifest import HourManifest
 from bq_platform.lib.objectstore.local import LocalObjectStore
@@ -62,7 +63,7 @@ def _fake_start(monkeypatch, start) -> None:
     (dagster-pyspark's ``LazyPySparkResource``)."""
     monkeypatch.setattr(module, "spark_session_from_config", start)
     monkeypatch.setattr(dagster_pyspark.resources, "spark_session_from_config", start)
-    monkeypatch.setattr(module, "ensure_local_spark_env", lambda: None)
+    monkeypatch.setattr(spark_lib, "ensure_local_spark_env", lambda: None)
 
 
 def test_a_runs_set_up_does_not_wait_for_the_session(monkeypatch) -> None:
@@ -106,7 +107,7 @@ def test_a_failed_start_is_raised_where_the_session_is_used(monkeypatch, caplog)
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
 def test_only_a_local_master_binds_to_loopback(monkeypatch, master: str) -> None:
     bound: list[str] = []
-    monkeypatch.setattr(module, "ensure_local_spark_env", lambda: bound.append(master))
+    monkeypatch.setattr(spark_lib, "ensure_local_spark_env", lambda: bound.append(master))
     SparkResource(spark_config=spark_config(master)).prepare_environment()
     assert bound == ([master] if master.startswith("local") else [])
 
