@@ -300,12 +300,14 @@ def test_the_console_script_keeps_the_status_and_freezes_the_collector_last(
 ):
     events = []
     monkeypatch.setattr(cli_module.gc, "freeze", lambda: events.append("freeze"))
+    monkeypatch.setattr(cli_module.gc, "set_threshold", lambda *t: events.append(("thresholds", t)))
     monkeypatch.setattr(sys, "argv", ["bq-platform", *argv])
 
     with pytest.raises(SystemExit) as exited:
         cli_module.console_main()
 
     assert exited.value.code == status
-    assert events == ["freeze"]  # after the command, on success and on a usage error alike
+    # the thresholds before the command; the freeze after it, on success and on a usage error
+    assert events == [("thresholds", cli_module.COLLECTOR_THRESHOLDS), "freeze"]
     printed = capsys.readouterr()
     assert says in printed.out + printed.err

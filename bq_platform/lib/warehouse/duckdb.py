@@ -107,7 +107,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         lock_timeout_s: float = 120.0,
         threads: int = 1,
         memory_limit: str = "512MB",
-        disabled_compression: str = "fsst",
+        disabled_compression: str = "fsst,dictionary",
         max_vacuum_tasks: int = 0,
         auto_checkpoint_skip_wal_threshold: int = 1_000_000_000,
         concurrent_jobs: int = 1,
