@@ -124,6 +124,10 @@ def test_parquet_rows_schema_and_layout(built) -> None:
                 strict=True,
             )
         )
+    # Hadoop's checksum files are not written beside the outputs (spark.RAW_LOCAL_FILESYSTEM).
+    written = [p.name for p in built.store.root.rglob("*") if p.is_file()]
+    assert any(name.endswith(".parquet") for name in written)
+    assert not [name for name in written if name.endswith(".crc")]
     spark_file = pq.ParquetFile(built.store.uri(built.manifests[H_NASA_1].full_files[0]))
     event_ts = spark_file.schema.column(1)
     assert (event_ts.name, event_ts.physical_type) == ("event_ts", "INT64")
