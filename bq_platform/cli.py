@@ -234,7 +234,9 @@ def run(
             # The config written, the instance created and its SQLite schema migrated by the
             # lock holder only (issue 7).
             _ensure_dagster_home()
-            runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"])
+            runner = _runner(
+                echo=click.echo, verbose=ctx.obj["verbose"], release_spark=_CONSOLE_SCRIPT[0]
+            )
             started = time.monotonic()
             # Planned before the instance opens: a due build's JVM starts now (issue 9).
             todo = runner.plan(hours, force)
@@ -344,11 +346,17 @@ main.add_command(plan_command)
 #: all (issue 9, docs/PERFORMANCE.md, "The collector's thresholds ..."). Reference counting
 #: still frees almost every object at once; only cycles wait longer.
 COLLECTOR_THRESHOLDS = (10_000, 10, 10)
+#: Whether this process is the console script (:func:`console_main`), which ends with the
+#: command: ``bq-platform run`` then stops its Spark session once its last build is done
+#: (``PipelineRunner.release_spark``). :func:`main` called in a test process leaves the
+#: session, which the tests share, alone.
+_CONSOLE_SCRIPT = [False]
 
 
 def console_main() -> None:
-    """The ``bq-platform`` console script: :func:`main` with :data:`COLLECTOR_THRESHOLDS`,
-    then a quick interpreter exit.
+    """The ``bq-platform`` console script: :func:`main` with :data:`COLLECTOR_THRESHOLDS` and
+    ``run`` releasing its Spark session after its last build (:data:`_CONSOLE_SCRIPT`), then a
+    quick interpreter exit.
 
     The command's result is :func:`main`'s (click exits with its status). Before the
     interpreter finalizes, every object is moved to the collector's permanent generation
@@ -362,6 +370,7 @@ def console_main() -> None:
     collector alone.
     """
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    _CONSOLE_SCRIPT[0] = True
     try:
         main()
     finally:

@@ -71,6 +71,11 @@ class PipelineRunner:
     """The environment's in-process Spark resource: its session is started in the background
     once a build is due (:meth:`SparkResource.start_in_background`); None: the run starts it,
     or the build is launched out of process (:mod:`bq_platform.defs.hourly_build`)."""
+    release_spark: bool = False
+    """Stop the Spark session once the last batch is built, beside the publish runs
+    (:func:`~bq_platform.defs.hourly_build.stop_session_in_background`); ``bq-platform``'s
+    console script sets it. Off, the session lives as long as the process (a test process
+    shares one session between tests)."""
     lookback_days: int = 0
     """Plan only the UTC days from this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``,
     :func:`~bq_platform.lib.planning.lookback_start`); 0: every landed day."""
@@ -89,6 +94,7 @@ class PipelineRunner:
         echo: Callable[[str], Any] = print,
         instance: dg.DagsterInstance | None = None,
         verbose: bool = False,
+        release_spark: bool = False,
     ) -> "PipelineRunner":
         """Build from the code location's definitions and the resources of ``env``."""
         from bq_platform.definitions import defs_without_component_catalog
@@ -106,6 +112,7 @@ class PipelineRunner:
             echo=echo,
             instance=instance,
             verbose=verbose,
+            release_spark=release_spark,
             spark=spark if isinstance(spark := resources["spark"], SparkResource) else None,
         )
 
@@ -176,8 +183,15 @@ class PipelineRunner:
         run each, then one daily run over the batch's days, or one per day if that run
         fails); True if every run succeeded (nothing to do: True)."""
         ok = True
-        for batch in batches(todo):
-            ok &= self._run_batch(batch, allow_incomplete, allow_rejected)
+        groups = batches(todo)
+        stopping: list[Any] = []
+        for number, batch in enumerate(groups, 1):
+            last = number == len(groups)
+            ok &= self._run_batch(
+                batch, allow_incomplete, allow_rejected, stopping if last else None
+            )
+        for thread in stopping:  # long done: it ran beside the publish
+            thread.join(timeout=60)
         return ok
 
     def _run_batch(
@@ -185,14 +199,20 @@ class PipelineRunner:
         batch: dict[dt.date, list[dt.datetime]],
         allow_incomplete: bool,
         allow_rejected: bool,
+        stopping: list[Any] | None = None,
     ) -> bool:
         """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish its
         days in one daily run; a failed multi-day build or publish is redone day by day. True
-        if every run succeeded."""
+        if every run succeeded. ``stopping``: given for the last batch, it receives the thread
+        that stops the Spark session once no build is left (:attr:`release_spark`)."""
         days = sorted(batch)
         label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
         hours = [hour for day in days for hour in batch[day]]
         hourly = self._build(label, hours)
+        if hourly.success and stopping is not None and self.release_spark and self.spark:
+            from bq_platform.defs.hourly_build import stop_session_in_background
+
+            stopping.append(stop_session_in_background())
         if not hourly.success:
             failure = f"{label}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}"
             if len(days) == 1:
@@ -202,7 +222,13 @@ class PipelineRunner:
                 return False
             self.echo(f"{failure}; building day by day, so a bad hour holds only its own day")
             results = [
-                self._run_batch({d: batch[d]}, allow_incomplete, allow_rejected) for d in days
+                self._run_batch(
+                    {d: batch[d]},
+                    allow_incomplete,
+                    allow_rejected,
+                    stopping if d == days[-1] else None,
+                )
+                for d in days
             ]
             return all(results)
         self._record_checks(hourly, days[0] if len(days) == 1 else None)

@@ -165,3 +165,72 @@ def test_the_summary_keeps_its_columns_for_long_site_names(tmp_path):
         for heading, value in (("source", "93"), ("pages", "40"), ("rejected", "3")):
             column_end = header.index(heading) + len(heading)
             assert row[column_end - len(value) : column_end] == value, (heading, row)
+
+
+class _Result:
+    """Stands in for a Dagster run's result."""
+
+    def __init__(self, success: bool) -> None:
+        self.success, self.run_id = success, "r"
+
+
+def _released(tmp_path, monkeypatch, todo, failing: set[str], release: bool) -> list[str]:
+    """The events of executing ``todo`` with builds whose labels are in ``failing`` failing,
+    then whether it succeeded."""
+    events: list[str] = []
+    runner = _runner(tmp_path, events)
+    runner.release_spark = release
+
+    class _Thread:
+        def join(self, timeout: float) -> None:
+            events.append("joined")
+
+    def stop() -> _Thread:
+        events.append("stop")
+        return _Thread()
+
+    def build(self, label, hours):
+        events.append(f"build {label}")
+        return _Result(label not in failing)
+
+    def publish(self, days, *_):
+        events.append(f"publish {days[0]}..{days[-1]}")
+        return True
+
+    monkeypatch.setattr("bq_platform.defs.hourly_build.stop_session_in_background", stop)
+    monkeypatch.setattr(PipelineRunner, "_build", build)
+    monkeypatch.setattr(PipelineRunner, "_publish", publish)
+    monkeypatch.setattr(PipelineRunner, "_record_checks", lambda *_: None)
+    monkeypatch.setattr(PipelineRunner, "_failure", lambda *_: "failed")
+    events.append("ok" if runner.execute(todo) else "failed")
+    return events
+
+
+def test_the_spark_session_is_released_after_the_last_build_only(tmp_path, monkeypatch):
+    """With ``release_spark`` (the console script), the session stops once no build is left,
+    beside the last publish; a failed multi-day build is rebuilt day by day first."""
+    todo = {d: day_hours(d) for d in (D1, D2, D5)}
+    assert _released(tmp_path, monkeypatch, todo, set(), release=True) == [
+        f"build {D1}..{D2}",
+        f"publish {D1}..{D2}",
+        f"build {D5}",
+        "stop",
+        f"publish {D5}..{D5}",
+        "joined",
+        "ok",
+    ]
+    two = {d: day_hours(d) for d in (D1, D2)}
+    assert _released(tmp_path, monkeypatch, two, {f"{D1}..{D2}"}, release=True) == [
+        f"build {D1}..{D2}",
+        f"build {D1}",
+        f"publish {D1}..{D1}",
+        f"build {D2}",
+        "stop",
+        f"publish {D2}..{D2}",
+        "joined",
+        "ok",
+    ]
+    assert "stop" not in _released(tmp_path, monkeypatch, todo, set(), release=False)
+    # the last build failed: no stop (the session ends with the process)
+    failed = _released(tmp_path, monkeypatch, {D5: day_hours(D5)}, {f"{D5}"}, release=True)
+    assert failed == [f"build {D5}", "failed"]

@@ -289,6 +289,63 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
         return thread
 
 
+#: How long :func:`stop_session_in_background` waits for the driver JVM to exit once told to
+#: (it took 0.01-0.1 s); past it the JVM is left to exit with this process.
+_JVM_EXIT_WAIT_S = 30
+
+
+def stop_session_in_background() -> threading.Thread:
+    """Stop this process's Spark session (``SparkSession.active()``: the one
+    :meth:`SparkResource.start_in_background` or a run started) and its driver JVM, on a
+    daemon thread, so that both shut down beside whatever this process does next; no session:
+    nothing to do.
+
+    ``bq-platform run`` calls it once its last build is done (:class:`bq_platform.runner.
+    PipelineRunner`, ``release_spark``): the publish runs need no Spark. Left to the process's
+    exit, the JVM outlived the Python process by 0.36-0.40 s (4 starts of a ``local[2]``
+    session, each timed from the Python process's exit to the JVM's; ``bq-platform run``:
+    0.40-0.44 s), holding its memory (1.7 GiB at the 1x bench), because HotSpot's exit waits up
+    to 0.3 s for threads still in native code, such as py4j's listener. Here the session is
+    stopped, py4j's gateway shut down (PySpark keeps it in ``SparkContext._gateway``) and the
+    JVM's standard input closed, on which PySpark's ``PythonGatewayServer`` exits the JVM at
+    once; a session asked for later starts a new JVM (PySpark starts one when
+    ``SparkContext._gateway`` is None). Issue 9, docs/PERFORMANCE.md. A failure is only
+    logged at DEBUG: the JVM then stops when this process exits, as before.
+
+    Returns:
+        The started thread (it ends when the JVM has exited, or after
+        :data:`_JVM_EXIT_WAIT_S`).
+    """
+
+    def stop() -> None:
+        from pyspark import SparkContext
+        from pyspark.errors import PySparkRuntimeError
+        from pyspark.sql import SparkSession
+
+        try:
+            SparkSession.active().stop()
+            with SparkContext._lock:
+                gateway, SparkContext._gateway, SparkContext._jvm = (
+                    SparkContext._gateway,
+                    None,
+                    None,
+                )
+            if gateway is not None:
+                gateway.shutdown()  # py4j's server stops: no thread left in native code
+                jvm = getattr(gateway, "proc", None)  # PySpark's launch_gateway sets it
+                if jvm is not None and jvm.stdin is not None:
+                    jvm.stdin.close()  # EOF: PythonGatewayServer exits the JVM
+                    jvm.wait(timeout=_JVM_EXIT_WAIT_S)
+        except PySparkRuntimeError:  # no session in this process
+            return
+        except Exception:  # the process's exit stops the JVM anyway
+            logging.getLogger(__name__).debug("Spark session stop failed", exc_info=True)
+
+    thread = threading.Thread(target=stop, name="spark-stop", daemon=True)
+    thread.start()
+    return thread
+
+
 def import_pyspark_converters() -> None:
     """Import what PySpark's py4j argument converters import on their first use.
 

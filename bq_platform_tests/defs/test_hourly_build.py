@@ -275,3 +275,31 @@ def test_a_spark_submit_build_of_another_lake_is_refused(pipeline: Pipeline, tmp
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     message = failure.step_failure_data.error.message
     assert str(elsewhere.root) in message and str(pipeline.store.root) in message
+
+
+def test_the_background_stop_ends_the_session_and_its_jvm_and_a_new_one_can_start() -> None:
+    """``bq-platform run`` stops its session once its last build is done: the driver JVM exits
+    then (not 0.3-0.4 s after this process), and a session asked for later gets a new JVM. In
+    a process of its own: the tests share one session."""
+    code = (
+        "from pyspark import SparkContext\n"
+        "from pyspark.sql import SparkSession\n"
+        "from bq_platform.defs import hourly_build as module\n"
+        "from bq_platform.lib.spark import ensure_local_spark_env, spark_config\n"
+        "ensure_local_spark_env()\n"
+        "config = spark_config('local[1]')\n"
+        "first = module.spark_session_from_config(config)\n"
+        "jvm = SparkContext._gateway.proc\n"
+        "module.stop_session_in_background().join(timeout=60)\n"
+        "print('exit', jvm.poll())  # the stop waited for the JVM's exit\n"
+        "second = module.spark_session_from_config(config)\n"
+        "print('new JVM', SparkContext._gateway.proc.pid != jvm.pid)\n"
+        "print('rows', second.range(5).count())\n"
+        "module.stop_session_in_background().join(timeout=60)\n"
+        "module.stop_session_in_background().join(timeout=60)  # no session: nothing to do\n"
+        "print('stopped', SparkContext._gateway is None)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.split("\n")[:4] == ["exit 0", "new JVM True", "rows 5", "stopped True"]
