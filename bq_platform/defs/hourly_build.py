@@ -324,18 +324,17 @@ def stop_session_in_background() -> threading.Thread:
 
         try:
             SparkSession.active().stop()
+            gateway = SparkContext._gateway
+            # PySpark's launch_gateway keeps the JVM it started; None: a JVM this process did
+            # not start (spark-submit's, PYSPARK_GATEWAY_PORT), which ends with its launcher.
+            jvm = getattr(gateway, "proc", None)
+            if gateway is None or jvm is None or jvm.stdin is None:
+                return
             with SparkContext._lock:
-                gateway, SparkContext._gateway, SparkContext._jvm = (
-                    SparkContext._gateway,
-                    None,
-                    None,
-                )
-            if gateway is not None:
-                gateway.shutdown()  # py4j's server stops: no thread left in native code
-                jvm = getattr(gateway, "proc", None)  # PySpark's launch_gateway sets it
-                if jvm is not None and jvm.stdin is not None:
-                    jvm.stdin.close()  # EOF: PythonGatewayServer exits the JVM
-                    jvm.wait(timeout=_JVM_EXIT_WAIT_S)
+                SparkContext._gateway = SparkContext._jvm = None
+            gateway.shutdown()  # py4j's server stops: no thread left in native code
+            jvm.stdin.close()  # EOF: PythonGatewayServer exits the JVM
+            jvm.wait(timeout=_JVM_EXIT_WAIT_S)
         except PySparkRuntimeError:  # no session in this process
             return
         except Exception:  # the process's exit stops the JVM anyway
