@@ -1,10 +1,10 @@
 """Runs the pipeline's Dagster jobs in-process for ``bq-platform run`` and prints summaries.
 
-The due days are built in batches of consecutive days (:func:`batches`, at most
-:data:`MAX_BATCH_DAYS`): one run of the hourly job over the batch's hours (one Spark pass), then
-one daily publish run per day, all recorded in the instance (``$DAGSTER_HOME``). A batch whose
-build fails is built again day by day. (A backfill from the UI runs 24 hours per run, the
-assets' backfill policy.)
+The due days are built in batches of consecutive days (:func:`~bq_platform.lib.planning.
+batches`, at most :data:`~bq_platform.lib.planning.MAX_BATCH_DAYS`): one run of the hourly job
+over the batch's hours (one Spark pass), then one daily publish run per day, all recorded in the
+instance (``$DAGSTER_HOME``). A batch whose build fails is built again day by day. (A backfill
+from the UI runs 24 hours per run, the assets' backfill policy.)
 A day whose publish records already name its current content is skipped (see
 :mod:`bq_platform.lib.planning`), so a second ``bq-platform run`` changes nothing.
 
@@ -27,7 +27,7 @@ from bq_platform.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.lib.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.manifest import ManifestError
 from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.planning import contiguous, plan_day, scan_window
+from bq_platform.lib.planning import batches, plan_day, scan_window
 from bq_platform.lib.reporting import summary_table
 from bq_platform.lib.retention import clean_staging
 from bq_platform.lib.warehouse.base import Warehouse
@@ -37,11 +37,6 @@ if TYPE_CHECKING:
     from bq_platform.defs.hourly_build import SparkResource
 
 HOURLY_JOB = "pageviews_hourly_job"
-#: Consecutive due days one ``bq-platform run`` builds in one hourly run, i.e. one Spark pass
-#: over all their landed files: each pass has fixed costs (file listing, Spark jobs, three
-#: Parquet writes, a Dagster run; docs/PERFORMANCE.md). A batch whose build fails is built
-#: again day by day, so a bad hour holds only its own day, as with one run per day.
-MAX_BATCH_DAYS = 7
 DAILY_JOB = "pageviews_daily_job"
 PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
 # -v: the console shows INFO and up; DEBUG events (every step output) stay in the instance/UI.
@@ -383,23 +378,3 @@ class PipelineRunner:
         self.echo("")
         for line in summary_table(rows, self.check_results):
             self.echo(line)
-
-
-def batches(
-    hours_of: Mapping[dt.date, Sequence[dt.datetime]], max_days: int = MAX_BATCH_DAYS
-) -> list[dict[dt.date, list[dt.datetime]]]:
-    """Group days into batches that one hourly run builds: each batch's hours are consecutive
-    (no gap between its days' hours) and span at most ``max_days`` days; in time order."""
-    out: list[dict[dt.date, list[dt.datetime]]] = []
-    last: dt.datetime | None = None
-    for day in sorted(hours_of):
-        hours = sorted(hours_of[day])
-        if not hours:
-            continue
-        joined = last is not None and hours[0] - last == dt.timedelta(hours=1)
-        if out and joined and len(out[-1]) < max_days and len(contiguous(hours)) == 1:
-            out[-1][day] = hours
-        else:
-            out.append({day: hours})
-        last = hours[-1]
-    return out

@@ -9,8 +9,9 @@ import dagster as dg
 from bq_platform.lib import layout
 from bq_platform.lib.hours import day_hours
 from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.planning import batches
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
-from bq_platform.runner import PipelineRunner, batches
+from bq_platform.runner import PipelineRunner
 from bq_platform_tests.lib.test_retention import lake
 
 D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))

@@ -100,7 +100,7 @@ def run_step(name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> d
 def dagster_days(dagster_home: Path, steps: dict[str, float]) -> list[dict]:
     """Per UTC day: seconds of the hourly and daily runs and of the build step.
 
-    ``bq-platform run`` builds consecutive days in one hourly run (``runner.batches``): such a
+    ``bq-platform run`` builds consecutive days in one hourly run (``planning.batches``): such a
     run's seconds, and its build step's, are shared evenly among the days of its partition
     range, so ``overhead_s`` (runs minus build) is per day whatever the batching. ``runs``
     counts the runs that touched the day. ``steps`` receives the seconds of every step key,

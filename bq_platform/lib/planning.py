@@ -17,7 +17,7 @@ closed (the operator asked for it).
 
 import dataclasses
 import datetime as dt
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from bq_platform.lib.hours import day_hours, hour_label
 from bq_platform.lib.jobids import (
@@ -286,3 +286,30 @@ def plan_automation(
 def days_of(hours: Iterable[dt.datetime]) -> list[dt.date]:
     """The sorted UTC days of ``hours``."""
     return sorted({h.date() for h in hours})
+
+
+#: Consecutive due days one ``bq-platform run`` builds in one hourly run, i.e. one Spark pass
+#: over all their landed files: each pass has fixed costs (file listing, Spark jobs, three
+#: Parquet writes, a Dagster run; docs/PERFORMANCE.md). A batch whose build fails is built
+#: again day by day, so a bad hour holds only its own day, as with one run per day.
+MAX_BATCH_DAYS = 7
+
+
+def batches(
+    hours_of: Mapping[dt.date, Sequence[dt.datetime]], max_days: int = MAX_BATCH_DAYS
+) -> list[dict[dt.date, list[dt.datetime]]]:
+    """Group days into batches that one hourly run builds: each batch's hours are consecutive
+    (no gap between its days' hours) and span at most ``max_days`` days; in time order."""
+    out: list[dict[dt.date, list[dt.datetime]]] = []
+    last: dt.datetime | None = None
+    for day in sorted(hours_of):
+        hours = sorted(hours_of[day])
+        if not hours:
+            continue
+        joined = last is not None and hours[0] - last == dt.timedelta(hours=1)
+        if out and joined and len(out[-1]) < max_days and len(contiguous(hours)) == 1:
+            out[-1][day] = hours
+        else:
+            out.append({day: hours})
+        last = hours[-1]
+    return out

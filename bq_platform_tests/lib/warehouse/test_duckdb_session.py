@@ -85,34 +85,37 @@ def test_checkpoint_settings_hold_on_job_workers_too(tmp_path: Path) -> None:
     assert main == worker == (0, 1_000_000_000, False)
 
 
-def _string_compressions(warehouse: DuckDBWarehouse) -> set[str]:
-    """Compressions DuckDB chose for a checkpointed column of 20k distinct URL-like paths."""
+def _compressions(warehouse: DuckDBWarehouse, table: str, rows: str) -> set[str]:
+    """Compressions DuckDB chose for the checkpointed string column of ``CREATE TABLE table AS
+    rows``."""
     with warehouse._connect() as con:
-        con.execute(
-            "CREATE TABLE paths AS SELECT '/shuttle/missions/sts-' || i || '/mission-sts-' || i "
-            "|| '.html' AS path FROM range(20000) t(i)"
-        )
+        con.execute(f"CREATE TABLE {table} AS {rows}")
         con.execute("CHECKPOINT")
-        rows = con.execute(
-            "SELECT DISTINCT compression FROM pragma_storage_info('paths') "
-            "WHERE segment_type = 'VARCHAR'"
+        found = con.execute(
+            "SELECT DISTINCT compression FROM pragma_storage_info(?) "
+            "WHERE segment_type = 'VARCHAR'",
+            [table],
         ).fetchall()
-    return {r[0] for r in rows}
+    return {r[0] for r in found}
+
+
+def _string_compressions(warehouse: DuckDBWarehouse) -> set[str]:
+    """For a column of 20k distinct URL-like paths."""
+    return _compressions(
+        warehouse,
+        "paths",
+        "SELECT '/shuttle/missions/sts-' || i || '/mission-sts-' || i || '.html' AS path "
+        "FROM range(20000) t(i)",
+    )
 
 
 def _site_compressions(warehouse: DuckDBWarehouse) -> set[str]:
-    """Compressions DuckDB chose for a checkpointed column of 200k rows of 50 site names."""
-    with warehouse._connect() as con:
-        con.execute(
-            "CREATE TABLE sites AS SELECT 'site' || (i % 50) || '.example.gov' AS site "
-            "FROM range(200000) t(i)"
-        )
-        con.execute("CHECKPOINT")
-        rows = con.execute(
-            "SELECT DISTINCT compression FROM pragma_storage_info('sites') "
-            "WHERE segment_type = 'VARCHAR'"
-        ).fetchall()
-    return {r[0] for r in rows}
+    """For a column of 200k rows of 50 site names."""
+    return _compressions(
+        warehouse,
+        "sites",
+        "SELECT 'site' || (i % 50) || '.example.gov' AS site FROM range(200000) t(i)",
+    )
 
 
 def test_strings_are_stored_without_fsst_or_dictionaries_unless_asked(
