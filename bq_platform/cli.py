@@ -91,7 +91,7 @@ def _parse_hour(value: str) -> dt.datetime:
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:
     """Pageview pipeline: landed access logs -> Spark -> Parquet -> warehouse tables."""
-    ctx.obj = {"verbose": verbose}
+    ctx.ensure_object(dict)["verbose"] = verbose
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -235,7 +235,9 @@ def run(
             # lock holder only (issue 7).
             _ensure_dagster_home()
             runner = _runner(
-                echo=click.echo, verbose=ctx.obj["verbose"], release_spark=_CONSOLE_SCRIPT[0]
+                echo=click.echo,
+                verbose=ctx.obj["verbose"],
+                release_spark=ctx.obj.get("release_spark", False),
             )
             started = time.monotonic()
             # Planned before the instance opens: a due build's JVM starts now (issue 9).
@@ -346,17 +348,14 @@ main.add_command(plan_command)
 #: all (issue 9, docs/PERFORMANCE.md, "The collector's thresholds ..."). Reference counting
 #: still frees almost every object at once; only cycles wait longer.
 COLLECTOR_THRESHOLDS = (10_000, 10, 10)
-#: Whether this process is the console script (:func:`console_main`), which ends with the
-#: command: ``bq-platform run`` then stops its Spark session once its last build is done
-#: (``PipelineRunner.release_spark``). :func:`main` called in a test process leaves the
-#: session, which the tests share, alone.
-_CONSOLE_SCRIPT = [False]
 
 
 def console_main() -> None:
     """The ``bq-platform`` console script: :func:`main` with :data:`COLLECTOR_THRESHOLDS` and
-    ``run`` releasing its Spark session after its last build (:data:`_CONSOLE_SCRIPT`), then a
-    quick interpreter exit.
+    ``release_spark`` in click's context object (``bq-platform run`` then stops its Spark
+    session once its last build is done: ``PipelineRunner.release_spark``), then a quick
+    interpreter exit. :func:`main` called in a test process (click's ``CliRunner``) leaves the
+    session, which the tests share, alone.
 
     The command's result is :func:`main`'s (click exits with its status). Before the
     interpreter finalizes, every object is moved to the collector's permanent generation
@@ -370,8 +369,7 @@ def console_main() -> None:
     collector alone.
     """
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
-    _CONSOLE_SCRIPT[0] = True
     try:
-        main()
+        main(obj={"release_spark": True})
     finally:
         gc.freeze()

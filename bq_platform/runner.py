@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import functools
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,8 @@ class PipelineRunner:
     check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
         default_factory=dict
     )
+    _spark_stop: threading.Thread | None = dataclasses.field(default=None, init=False, repr=False)
+    """The thread stopping the Spark session, once the last build is done."""
 
     @classmethod
     def from_environment(
@@ -179,14 +182,10 @@ class PipelineRunner:
         fails); True if every run succeeded (nothing to do: True)."""
         ok = True
         groups = batches(todo)
-        stopping: list[Any] = []
         for number, batch in enumerate(groups, 1):
-            last = number == len(groups)
-            ok &= self._run_batch(
-                batch, allow_incomplete, allow_rejected, stopping if last else None
-            )
-        for thread in stopping:  # long done: it ran beside the publish
-            thread.join(timeout=60)
+            ok &= self._run_batch(batch, allow_incomplete, allow_rejected, number == len(groups))
+        if self._spark_stop is not None:  # long done: it ran beside the publish
+            self._spark_stop.join(timeout=60)
         return ok
 
     def _run_batch(
@@ -194,20 +193,20 @@ class PipelineRunner:
         batch: dict[dt.date, list[dt.datetime]],
         allow_incomplete: bool,
         allow_rejected: bool,
-        stopping: list[Any] | None = None,
+        last: bool = False,
     ) -> bool:
         """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish its
         days in one daily run; a failed multi-day build or publish is redone day by day. True
-        if every run succeeded. ``stopping``: given for the last batch, it receives the thread
-        that stops the Spark session once no build is left (:attr:`release_spark`)."""
+        if every run succeeded. ``last``: no batch follows, so once its build succeeds no
+        build is left and the Spark session is released (:attr:`release_spark`)."""
         days = sorted(batch)
         label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
         hours = [hour for day in days for hour in batch[day]]
         hourly = self._build(label, hours)
-        if hourly.success and stopping is not None and self.release_spark and self.spark:
+        if hourly.success and last and self.release_spark and self.spark:
             from bq_platform.defs.hourly_build import stop_session_in_background
 
-            stopping.append(stop_session_in_background())
+            self._spark_stop = stop_session_in_background()
         if not hourly.success:
             failure = f"{label}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}"
             if len(days) == 1:
@@ -221,7 +220,7 @@ class PipelineRunner:
                     {d: batch[d]},
                     allow_incomplete,
                     allow_rejected,
-                    stopping if d == days[-1] else None,
+                    last and d == days[-1],
                 )
                 for d in days
             ]

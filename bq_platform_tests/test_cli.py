@@ -311,3 +311,28 @@ def test_the_console_script_keeps_the_status_and_freezes_the_collector_last(
     assert events == [("thresholds", cli_module.COLLECTOR_THRESHOLDS), "freeze"]
     printed = capsys.readouterr()
     assert says in printed.out + printed.err
+
+
+def test_only_the_console_script_releases_the_spark_session_after_its_builds(tmp_path, monkeypatch):
+    """``bq-platform run`` from the shell stops its session beside the last publish; a test
+    process calling the CLI (``CliRunner``) shares one session and must keep it."""
+    given = []
+    monkeypatch.setattr(cli_module.gc, "set_threshold", lambda *t: None)
+    monkeypatch.setattr(cli_module.gc, "freeze", lambda: None)
+    monkeypatch.setattr(cli_module, "main", lambda **kwargs: given.append(kwargs))
+    cli_module.console_main()
+    assert given == [{"obj": {"release_spark": True}}]
+
+    made = []
+
+    def runner(**kwargs):
+        made.append(kwargs)
+        raise cli_module.click.ClickException("stop here")
+
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
+    monkeypatch.setattr(cli_module, "_runner", runner)
+    monkeypatch.setattr(cli_module, "_ensure_dagster_home", lambda: None)
+    result = CliRunner().invoke(main, ["run"])  # the real group (cli_module.main is patched)
+    assert "stop here" in result.output
+    assert made and made[0]["release_spark"] is False

@@ -80,8 +80,8 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             the file's write lock, before raising :class:`WarehouseError`.
         threads, memory_limit, disabled_compression, max_vacuum_tasks,
         auto_checkpoint_skip_wal_threshold: DuckDB's session settings
-            (:class:`~bq_platform.lib.warehouse.duckdb_session.SessionSettings`, which gives
-            each default and what it was measured against).
+            (:class:`~bq_platform.lib.warehouse.duckdb_session.SessionSettings`, whose
+            defaults these are, with what each was measured against).
         concurrent_jobs: jobs run side by side on this many worker threads, each with its own
             connection (:mod:`~bq_platform.lib.warehouse.duckdb_background`): ``submit_job``
             returns a RUNNING job, as BigQuery does, and ``wait_job`` waits for it. 1 (the
@@ -105,11 +105,13 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         path: str | Path = DEFAULT_PATH,
         *,
         lock_timeout_s: float = 120.0,
-        threads: int = 1,
-        memory_limit: str = "512MB",
-        disabled_compression: str = "fsst,dictionary",
-        max_vacuum_tasks: int = 0,
-        auto_checkpoint_skip_wal_threshold: int = 1_000_000_000,
+        threads: int = SessionSettings.threads,
+        memory_limit: str = SessionSettings.memory_limit,
+        disabled_compression: str = SessionSettings.disabled_compression,
+        max_vacuum_tasks: int = SessionSettings.max_vacuum_tasks,
+        auto_checkpoint_skip_wal_threshold: int = (
+            SessionSettings.auto_checkpoint_skip_wal_threshold
+        ),
         concurrent_jobs: int = 1,
     ) -> None:
         super().__init__()
