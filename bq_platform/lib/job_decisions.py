@@ -68,14 +68,15 @@ def decide(
     *,
     fingerprint: str,
     partition: str,
+    lookup: Callable[[str], JobStatus | None] | None = None,
 ) -> Decision:
     """Look generation ``generation`` of a job up and decide what to do with it (read-only).
 
-    Reads ``jobs.get``, table metadata and the publish record; submits nothing, so
-    ``bq-platform plan`` uses it as is.
+    Reads ``jobs.get`` (or ``lookup``, a status the caller read already), table metadata and
+    the publish record; submits nothing, so ``bq-platform plan`` uses it as is.
     """
     job = make_job(generation)
-    status = warehouse.get_job(job.job_id)
+    status = (lookup or warehouse.get_job)(job.job_id)
     if status is None:
         return Decision(job, generation, "submit", None, "not found: submit")
     if not status.done:

@@ -224,6 +224,7 @@ def load_stage_hours(
         for manifest in manifests
     ]
     outcomes = run_plans(warehouse, [plan for *_, plan in planned], budget=budget, log=log)
+    rows = warehouse.tables_rows([plan.spec.name for *_, plan in planned])
     results: dict[str, list[StageResult]] = {kind: [] for kind in assets}
     for (kind, manifest, plan), outcome in zip(planned, outcomes, strict=True):
         results[kind].append(
@@ -231,7 +232,7 @@ def load_stage_hours(
                 hour=manifest.hour,
                 table=plan.spec.name,
                 outcome=outcome,
-                table_rows=warehouse.table_rows(plan.spec.name),
+                table_rows=rows[plan.spec.name],
                 expected_rows=expected_rows(manifest, kind),
             )
         )
@@ -283,9 +284,10 @@ def day_completeness(
     manifests: dict[dt.datetime, HourManifest] = {}
     problems: dict[dt.datetime, list[str]] = {}
     hours = day_hours(day)
-    audit = warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
-    audited = {(row["hour"], row["fingerprint"]) for row in audit}
-    for hour, manifest in read_hour_manifests(store, hours).items():
+    audited = warehouse.audited_builds(hours[0], hours[-1] + dt.timedelta(hours=1))
+    read = read_hour_manifests(store, hours)
+    stage_rows = warehouse.tables_rows([stage_spec(kind, h).name for h, m in read.items() if m])
+    for hour, manifest in read.items():
         if manifest is None:
             problems[hour] = ["not built (no hour manifest)"]
             continue
@@ -311,7 +313,7 @@ def day_completeness(
         if (hour, manifest.fingerprint) not in audited:
             reasons.append("audit rows missing or from another build")
         table = stage_spec(kind, hour).name
-        rows = warehouse.table_rows(table)
+        rows = stage_rows[table]
         want = expected_rows(manifest, kind)
         if rows is None:
             reasons.append(f"stage table {table} missing")

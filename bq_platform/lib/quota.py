@@ -42,12 +42,21 @@ class JobBudget:
         table, _ = split_destination(destination)
         today = (now or dt.datetime.now(dt.UTC)).date()
         used = warehouse.jobs_submitted(table, today)
+        self.check_used(table, today, used)
+        return used
+
+    def check_used(self, table: str, day: dt.date, used: int) -> None:
+        """Refuse one more job for ``table`` on UTC ``day`` when ``used`` jobs were already
+        submitted there (as counted by :meth:`check`, or by a batch that counted them once).
+
+        Raises:
+            QuotaBudgetExceededError: as :meth:`check`.
+        """
         if used + 1 > self.per_table_per_day:
             raise QuotaBudgetExceededError(
-                f"job budget for table {table!r} is spent: {used} jobs on {today} (UTC), budget "
+                f"job budget for table {table!r} is spent: {used} jobs on {day} (UTC), budget "
                 f"{self.per_table_per_day}/day (BigQuery allows "
                 f"{BIGQUERY_TABLE_OPERATIONS_PER_DAY} "
                 "table operations per table per day). Wait for tomorrow (UTC) or raise "
                 "BQ_PLATFORM_JOB_BUDGET if you have headroom; nothing was submitted."
             )
-        return used

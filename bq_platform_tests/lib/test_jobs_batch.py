@@ -122,6 +122,27 @@ def test_a_refused_submission_stops_the_rest_and_finishes_the_started() -> None:
     assert recorded(wh) == {DAYS[0]: jid(DAYS[0])}
 
 
+def test_a_batch_looks_its_jobs_and_budgets_up_before_submitting_and_counts_its_own() -> None:
+    # Generation 0 of every job, and each destination table's jobs today, are read before the
+    # first insert (DuckDB answers each set in one statement); the batch then counts what it
+    # submits, a 409 included. This warehouse's jobs.list never sees them (used_today stays 0):
+    # only the batch's own count refuses the third copy into pageviews.
+    wh = FakeWarehouse()
+    wh.conflicts[jid(DAYS[0])] = ok(jid(DAYS[0]))  # another run inserted it meanwhile
+
+    with pytest.raises(QuotaBudgetExceededError, match="'pageviews' is spent: 2 jobs"):
+        run_all(wh, JobBudget(per_table_per_day=2))
+
+    first_insert = wh.names().index("_insert_job")
+    assert wh.calls[:first_insert] == [
+        *[("get_job", jid(d)) for d in DAYS],
+        ("jobs_submitted", "pageviews"),
+    ]
+    assert wh.calls_of("_insert_job") == [("_insert_job", jid(d)) for d in DAYS[:2]]
+    later = [c for c in wh.calls[first_insert:] if c[0] in ("get_job", "jobs_submitted")]
+    assert later == [("get_job", jid(DAYS[0]))]  # the 409's job read back, nothing else
+
+
 def test_a_transient_failure_is_retried_while_waiting() -> None:
     wh = FakeWarehouse()
     for day in DAYS:

@@ -5,7 +5,6 @@ counted out of window with their own reason."""
 import collections
 import datetime as dt
 import gzip
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,11 +44,14 @@ class AuditedWarehouse:
     def __init__(self, manifests: list[HourManifest]) -> None:
         self.manifests = {m.hour: m for m in manifests}
 
-    def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
-        return [{"hour": h, "fingerprint": m.fingerprint} for h, m in self.manifests.items()]
+    def audited_builds(self, start: dt.datetime, end: dt.datetime) -> set[tuple[dt.datetime, str]]:
+        return {(h, m.fingerprint) for h, m in self.manifests.items()}
 
-    def table_rows(self, table: str) -> int | None:
-        return next((m.rows for h, m in self.manifests.items() if f"{h:%Y%m%d%H}" in table), 0)
+    def tables_rows(self, tables: list[str]) -> dict[str, int | None]:
+        return {
+            table: next((m.rows for h, m in self.manifests.items() if f"{h:%Y%m%d%H}" in table), 0)
+            for table in tables
+        }
 
 
 def test_orphan_data_file_holds_its_hour_and_is_named(spark, tmp_path):

@@ -42,6 +42,7 @@ from bq_platform.lib.warehouse.job_model import (
     Job,
     JobStatus,
     LoadJob,
+    job_tables,
     validate_job,
 )
 from bq_platform.lib.warehouse.ledger import PublishRecord
@@ -139,7 +140,7 @@ class Warehouse(abc.ABC):
             ValueError: if two specs name the same table but differ (a spec repeated as is,
                 such as the published table of each day's copy, is ensured once).
         """
-        missing: list[TableSpec] = []
+        to_read: list[TableSpec] = []
         seen: dict[str, str] = {}
         for spec in specs:
             rules.check_table_spec(spec)
@@ -150,9 +151,12 @@ class Warehouse(abc.ABC):
                 continue
             seen[spec.name] = fingerprint
             cached = self._ensured.get(spec.name)
-            if cached is not None and cached.fingerprint() == fingerprint:
-                continue
-            existing = self._describe_table(spec.name)
+            if cached is None or cached.fingerprint() != fingerprint:
+                to_read.append(spec)
+        missing: list[TableSpec] = []
+        existing_of = self._describe_tables([spec.name for spec in to_read]) if to_read else {}
+        for spec in to_read:
+            existing = existing_of[spec.name]
             if existing is None:
                 missing.append(spec)
             else:
@@ -213,6 +217,17 @@ class Warehouse(abc.ABC):
         """The spec of ``table``: as ensured in this run, else read back; None if missing."""
         return self._ensured.get(table) or self._describe_table(table)
 
+    def table_specs(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
+        """:meth:`table_spec` of each table (each name once), the ones not ensured in this run
+        read back together (:meth:`_describe_tables`)."""
+        specs: dict[str, TableSpec | None] = {}
+        for table in tables:
+            specs.setdefault(table, self._ensured.get(table))
+        unknown = [table for table, spec in specs.items() if spec is None]
+        if unknown:
+            specs.update(self._describe_tables(unknown))
+        return specs
+
     def table_exists(self, table: str) -> bool:
         """True if the table exists (a metadata read)."""
         return self.table_info(table) is not None
@@ -221,6 +236,12 @@ class Warehouse(abc.ABC):
         """Rows in a table from metadata (no scan); None if the table does not exist."""
         info = self.table_info(table)
         return None if info is None else info.rows
+
+    def tables_rows(self, tables: Sequence[str]) -> dict[str, int | None]:
+        """:meth:`table_rows` of each table (or ``table$YYYYMMDD`` partition), each name once:
+        one metadata request per table, or fewer where the backend can answer several at once
+        (DuckDB: two statements)."""
+        return {table: self.table_rows(table) for table in tables}
 
     def partition_rows(self, table: str, day: dt.date) -> int:
         """Rows of one day partition from metadata (no scan); 0 if table or partition is empty."""
@@ -236,6 +257,11 @@ class Warehouse(abc.ABC):
     def _describe_table(self, table: str) -> TableSpec | None:
         """Read an existing table back as a spec (one metadata request); None if missing."""
 
+    def _describe_tables(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
+        """:meth:`_describe_table` of each table (one metadata request per table on
+        BigQuery); a backend that can read several tables in one statement overrides it."""
+        return {table: self._describe_table(table) for table in tables}
+
     @abc.abstractmethod
     def _create_table(self, spec: TableSpec) -> None:
         """Create the table from ``spec``. Raises :class:`TableExistsError` on 409."""
@@ -249,7 +275,8 @@ class Warehouse(abc.ABC):
     def validate_job(self, job: Job) -> None:
         """Check ``job`` against BigQuery's rules (:func:`validate_job`) with the specs of its
         destination and sources as ensured in this run or read back."""
-        validate_job(job, self.table_spec)
+        specs = self.table_specs(job_tables(job))
+        validate_job(job, specs.__getitem__)
 
     def submit_job(self, job: Job) -> JobStatus:
         """Validate ``job`` (:meth:`validate_job`), then submit it with its own ID.
@@ -283,6 +310,15 @@ class Warehouse(abc.ABC):
     @abc.abstractmethod
     def jobs_submitted(self, table: str, day: dt.date) -> int:
         """Jobs submitted with ``table`` as destination on UTC ``day`` (for budgets)."""
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobStatus | None]:
+        """:meth:`get_job` of each ID, each once (one ``jobs.get`` each on BigQuery; DuckDB
+        reads them in one statement)."""
+        return {job_id: self.get_job(job_id) for job_id in dict.fromkeys(job_ids)}
+
+    def jobs_submitted_to(self, tables: Sequence[str], day: dt.date) -> dict[str, int]:
+        """:meth:`jobs_submitted` of each table, each once (DuckDB: one statement)."""
+        return {table: self.jobs_submitted(table, day) for table in dict.fromkeys(tables)}
 
     # -- publish ledger ----------------------------------------------------------------------
 
@@ -331,6 +367,12 @@ class Warehouse(abc.ABC):
     @abc.abstractmethod
     def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
         """``pageviews_audit`` rows with ``start <= hour < end`` (UTC), ordered by hour, site."""
+
+    def audited_builds(self, start: dt.datetime, end: dt.datetime) -> set[tuple[dt.datetime, str]]:
+        """``(hour, fingerprint)`` of the ``pageviews_audit`` rows with ``start <= hour < end``
+        (UTC): which build each audited hour's rows come from. This default reads the rows
+        (:meth:`audit_rows`); DuckDB answers with one ``SELECT DISTINCT``."""
+        return {(row["hour"], row["fingerprint"]) for row in self.audit_rows(start, end)}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default does nothing."""

@@ -52,7 +52,9 @@ from bq_platform.lib.warehouse.duckdb_layout import (
     TABLES_DDL,
     TABLES_TABLE,
     read_spec,
+    read_specs,
     write_layout,
+    write_new_layouts,
 )
 from bq_platform.lib.warehouse.duckdb_open import open_with_retry
 from bq_platform.lib.warehouse.duckdb_session import SessionSettings
@@ -204,8 +206,65 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         self._count_metadata(table)
         return self.describe_table(table)
 
-    def _create_in(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
-        """``CREATE TABLE`` and its layout row, in ``con``'s open transaction.
+    def _describe_tables(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
+        """:meth:`_describe_table` of each table in two statements (:func:`read_specs`), one
+        metadata read counted per table, as BigQuery would bill them."""
+        for table in tables:
+            if table in _INTERNAL:
+                raise ValueError(f"table name {table} is reserved by the DuckDB warehouse")
+        for table in tables:
+            self._count_metadata(table)
+        with self._connect() as con:
+            found = read_specs(con, tables)
+        return {table: None if f is None else f[0] for table, f in found.items()}
+
+    def tables_rows(self, tables: Sequence[str]) -> dict[str, int | None]:
+        """Rows of each table (``count(*)``, as :meth:`table_info`) in two statements: the
+        tables that exist (``duckdb_tables()``), then one ``count(*)`` each in a ``UNION ALL``.
+        A step's 144 stage tables cost ~0.7 ms each one by one, the Python around each call
+        included (issue 9, docs/PERFORMANCE.md). None for a missing table; a name with a
+        partition decorator is read on its own (:meth:`table_info`)."""
+        names = list(dict.fromkeys(tables))
+        rows: dict[str, int | None] = {}
+        plain = []
+        for name in names:
+            if rules.split_destination(name)[1] is None:
+                plain.append(name)
+            else:
+                rows[name] = self.table_rows(name)
+        if plain:
+            try:
+                rows.update(self._count_tables(plain))
+            except duckdb.CatalogException:  # dropped between the two statements
+                rows.update({name: self.table_rows(name) for name in plain})
+        return {name: rows[name] for name in names}
+
+    def _count_tables(self, tables: Sequence[str]) -> dict[str, int | None]:
+        rows: dict[str, int | None] = dict.fromkeys(tables)
+        with self._connect() as con:
+            existing = [
+                r[0]
+                for r in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = "
+                    "current_database() AND schema_name = current_schema() "
+                    "AND table_name = ANY(?)",
+                    [list(tables)],
+                ).fetchall()
+            ]
+            if existing:
+                counted = con.execute(
+                    " UNION ALL ".join(
+                        f"SELECT {i} AS n, count(*) FROM {ident(t)}" for i, t in enumerate(existing)
+                    )
+                ).fetchall()
+                rows.update({existing[i]: int(count) for i, count in counted})
+        return rows
+
+    def _create_in(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, *, layout: bool = True
+    ) -> None:
+        """``CREATE TABLE`` and (unless ``layout`` is False: the caller writes it) its layout
+        row, in ``con``'s open transaction.
 
         Raises:
             ValueError: if the name is one of the warehouse's internal tables.
@@ -220,7 +279,8 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
             if "already exists" not in str(exc):
                 raise
             raise TableExistsError(f"Already Exists: Table {spec.name}") from None
-        write_layout(con, spec, created=True)
+        if layout:
+            write_layout(con, spec, created=True)
 
     def _create_table(self, spec: TableSpec) -> None:
         self._count_metadata(spec.name)
@@ -229,16 +289,18 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         log.info("created table %s (%d columns)", spec.name, len(spec.columns))
 
     def _create_tables(self, specs: Sequence[TableSpec]) -> list[TableSpec]:
-        """Create the missing tables in one transaction: a commit each cost ~4-9 ms, 0.3 s for
-        a step's 72 stage tables against 0.05-0.09 s together (issue 9, docs/PERFORMANCE.md). If
-        one of them exists by then, nothing is kept and each is created on its own
+        """Create the missing tables in one transaction, their layout rows in two statements
+        (:func:`write_new_layouts`): a commit each cost ~4-9 ms, 0.3 s for a step's 72 stage
+        tables against 0.05-0.09 s together (issue 9, docs/PERFORMANCE.md). If one of them
+        exists by then, nothing is kept and each is created on its own
         (:meth:`Warehouse._create_tables`), which reports it."""
         if len(specs) < 2:
             return super()._create_tables(specs)
         try:
             with self._transaction() as con:
                 for spec in specs:
-                    self._create_in(con, spec)
+                    self._create_in(con, spec, layout=False)
+                write_new_layouts(con, specs)
         except TableExistsError:
             return super()._create_tables(specs)
         for spec in specs:

@@ -12,6 +12,8 @@ job ID raises :class:`~bq_platform.lib.warehouse.base.JobConflictError` (HTTP 40
 import datetime as dt
 import json
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 import duckdb
 
@@ -59,21 +61,26 @@ class DuckDBJobHistory:
             return JobStatus(job_id=job_id, state="RUNNING")
         with self._connect() as con:
             row = con.execute(
-                "SELECT job_id, state, error_reason, error_message, output_rows, labels, "
-                f"finished_at FROM {JOBS_TABLE} WHERE job_id = ?",
-                [job_id],
+                f"SELECT {_STATUS_COLUMNS} FROM {JOBS_TABLE} WHERE job_id = ?", [job_id]
             ).fetchone()
-        if row is None:
-            return None
-        return JobStatus(
-            job_id=row[0],
-            state=row[1],
-            error_reason=row[2],
-            error_message=row[3],
-            output_rows=row[4],
-            labels=json.loads(row[5]),
-            ended=_utc(row[6]),
-        )
+        return None if row is None else _status(row)
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobStatus | None]:
+        """:meth:`get_job` of each ID in one statement (a batch's 144 lookups one by one took
+        ~0.1 s of the step's main thread while its loads ran; issue 9)."""
+        ids = list(dict.fromkeys(job_ids))
+        found: dict[str, JobStatus | None] = {
+            i: JobStatus(job_id=i, state="RUNNING") if self._background.running(i) else None
+            for i in ids
+        }
+        asked = [i for i, status in found.items() if status is None]
+        if asked:
+            with self._connect() as con:
+                rows = con.execute(
+                    f"SELECT {_STATUS_COLUMNS} FROM {JOBS_TABLE} WHERE job_id = ANY(?)", [asked]
+                ).fetchall()
+            found.update({row[0]: _status(row) for row in rows})
+        return found
 
     def _insert_job(self, job: Job) -> JobStatus:
         """Run a validated load or copy job; return its status.
@@ -199,12 +206,38 @@ class DuckDBJobHistory:
         """Jobs (failed ones too, as BigQuery counts them) with destination ``table`` created
         on UTC ``day``, from the job history, plus those still running on a worker (counted
         first: one that ends meanwhile counts twice, so a budget errs on the safe side)."""
-        running = self._background.in_flight(table)
+        return self.jobs_submitted_to([table], day)[table]
+
+    def jobs_submitted_to(self, tables: Sequence[str], day: dt.date) -> dict[str, int]:
+        """:meth:`jobs_submitted` of each table in one ``GROUP BY`` statement."""
+        names = list(dict.fromkeys(tables))
+        counts = {table: self._background.in_flight(table) for table in names}
+        if not names:
+            return counts
         start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
         with self._connect() as con:
-            row = con.execute(
-                f"SELECT count(*) FROM {JOBS_TABLE} WHERE destination = ? "
-                "AND created_at >= ? AND created_at < ?",
-                [table, start, start + dt.timedelta(days=1)],
-            ).fetchone()
-        return running + (int(row[0]) if row else 0)
+            rows = con.execute(
+                f"SELECT destination, count(*) FROM {JOBS_TABLE} WHERE destination = ANY(?) "
+                "AND created_at >= ? AND created_at < ? GROUP BY destination",
+                [names, start, start + dt.timedelta(days=1)],
+            ).fetchall()
+        for table, count in rows:
+            counts[table] += int(count)
+        return counts
+
+
+#: The job history's columns :func:`_status` reads, in its order.
+_STATUS_COLUMNS = "job_id, state, error_reason, error_message, output_rows, labels, finished_at"
+
+
+def _status(row: Sequence[Any]) -> JobStatus:
+    """A job's status from its history row (:data:`_STATUS_COLUMNS`)."""
+    return JobStatus(
+        job_id=row[0],
+        state=row[1],
+        error_reason=row[2],
+        error_message=row[3],
+        output_rows=row[4],
+        labels=json.loads(row[5]),
+        ended=_utc(row[6]),
+    )

@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from bq_platform.lib.warehouse import ledger, schema
+from bq_platform.lib.warehouse import ledger, rules, schema
 from bq_platform.lib.warehouse.base import WarehouseError
 from bq_platform.lib.warehouse.duckdb_jobs import duckdb_type, ident
 from bq_platform.lib.warehouse.schema import AUDIT_TABLE, TableSpec, audit_spec
@@ -73,13 +73,25 @@ class DuckDBSql:
 
     # ----------------------------------------------------------------- publish ledger
 
+    def read_publish_record(self, destination: str, partition: str) -> ledger.PublishRecord | None:
+        """The latest :class:`~bq_platform.lib.warehouse.ledger.PublishRecord` of a destination
+        partition, or None, in one statement: without the ledger table it is a catalog error
+        at bind (the transaction stays usable), read as no record. The base class's metadata
+        read first cost a second statement per job, 145 in a 1x stage step (issue 9)."""
+        rules.check_table_name(destination)
+        return ledger.latest(self._ledger_rows(destination, partition))
+
     def _ledger_rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
+        """The ledger rows of one destination partition; [] if the ledger does not exist."""
         with self._connect() as con:
-            cursor = con.execute(
-                f"SELECT * FROM {ident(ledger.PUBLISH_LEDGER_TABLE)} "
-                "WHERE destination = ? AND partition_key = ?",
-                [destination, partition],
-            )
+            try:
+                cursor = con.execute(
+                    f"SELECT * FROM {ident(ledger.PUBLISH_LEDGER_TABLE)} "
+                    "WHERE destination = ? AND partition_key = ?",
+                    [destination, partition],
+                )
+            except duckdb.CatalogException:
+                return []
             return _dicts(cursor)
 
     def _append_ledger_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -145,6 +157,23 @@ class DuckDBSql:
                 [start, end],
             )
             return _dicts(cursor)
+
+    def audited_builds(self, start: dt.datetime, end: dt.datetime) -> set[tuple[dt.datetime, str]]:
+        """``(hour, fingerprint)`` of the audit rows with ``start <= hour < end``, in one
+        ``SELECT DISTINCT``: a day's 24 pairs in ~1 ms, against ~8 ms for its 1,200 rows as
+        dicts (:meth:`audit_rows`; issue 9). Empty if the audit table does not exist yet."""
+        start = _require_aware(start, "start")
+        end = _require_aware(end, "end")
+        with self._connect() as con:
+            try:
+                rows = con.execute(
+                    f"SELECT DISTINCT hour, fingerprint FROM {ident(AUDIT_TABLE)} "
+                    "WHERE hour >= ? AND hour < ?",
+                    [start, end],
+                ).fetchall()
+            except duckdb.CatalogException:
+                return set()
+        return {(_utc(hour), fingerprint) for hour, fingerprint in rows}
 
     # ----------------------------------------------------------------- reads
 

@@ -93,6 +93,15 @@ class JobStatus:
         return self.state == "DONE" and self.error_reason is None
 
 
+def job_tables(job: Job) -> list[str]:
+    """The tables ``job`` names (no partition decorators): its destination, then a copy's
+    sources in order, each once; the tables :func:`validate_job` asks ``spec_of`` about."""
+    names = [rules.split_destination(job.destination)[0]]
+    if isinstance(job, CopyJob):
+        names += [rules.split_destination(source)[0] for source in job.sources]
+    return list(dict.fromkeys(names))
+
+
 def validate_job(job: Job, spec_of: Callable[[str], TableSpec | None]) -> None:
     """Check a load or copy job against BigQuery's rules (:mod:`.rules`).
 

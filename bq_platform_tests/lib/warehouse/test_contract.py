@@ -12,7 +12,7 @@ has a test in ``test_bigquery_warehouse.py`` that notices when the emulator lear
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -61,6 +61,30 @@ def test_ensure_creates_tables_a_new_run_finds_them_unchanged(backend: Backend) 
         assert again.table_rows(spec.name) == 0
 
 
+def test_batch_reads_answer_as_one_table_at_a_time(backend: Backend) -> None:
+    # tables_rows / table_specs (one or two statements on DuckDB) against table_rows /
+    # table_spec per table, on a new warehouse object (nothing ensured in it).
+    writer = backend.warehouse()
+    stage(backend, writer, HOURS[1], 3)
+    stage(backend, writer, HOURS[2], 5)
+    writer.ensure_table(pageviews_spec(False))
+    names = [stage_spec("full", h).name for h in HOURS[:3]] + ["pageviews"]
+    reader = backend.warehouse()
+    asked = [*names, names[1], f"pageviews${DAY:%Y%m%d}"]
+    rows = reader.tables_rows(asked)
+    assert list(rows) == list(dict.fromkeys(asked))
+    assert rows == {name: reader.table_rows(name) for name in asked}
+    assert [rows[n] for n in names] == [None, 3, 5, 0]
+    specs = backend.warehouse().table_specs([*names, names[2]])
+    assert list(specs) == names
+    assert specs[names[0]] is None
+    assert [layout(specs[n]) for n in names[1:]] == [
+        layout(stage_spec("full", HOURS[1])),
+        layout(stage_spec("full", HOURS[2])),
+        layout(pageviews_spec(False)),
+    ]
+
+
 def test_additive_nullable_column_is_patched(backend: Backend) -> None:
     v1 = stage_spec("full", HOURS[4])
     backend.warehouse().ensure_table(v1)
@@ -104,15 +128,14 @@ def test_409_on_create_reads_the_table_back(
     """Another writer creates the table between our describe (missing) and our create."""
     spec = stage_spec("full", HOURS[4])
     late = backend.warehouse()
-    describe, create = late._describe_table, late._create_table
+    describe, create = late._describe_tables, late._create_table
     conflicts: list[Exception] = []
 
-    def racing_describe(table: str) -> TableSpec | None:
-        if not conflicts and table == spec.name:
-            found = describe(table)
+    def racing_describe(tables: Sequence[str]) -> dict[str, TableSpec | None]:
+        found = describe(tables)
+        if not conflicts and spec.name in tables:
             backend.warehouse().ensure_table(spec)  # the other writer
-            return found
-        return describe(table)
+        return found
 
     def observed_create(created: TableSpec) -> None:
         try:
@@ -121,7 +144,7 @@ def test_409_on_create_reads_the_table_back(
             conflicts.append(exc)
             raise
 
-    monkeypatch.setattr(late, "_describe_table", racing_describe)
+    monkeypatch.setattr(late, "_describe_tables", racing_describe)
     monkeypatch.setattr(late, "_create_table", observed_create)
     late.ensure_table(spec)
     assert len(conflicts) == 1
@@ -179,6 +202,28 @@ def test_job_lookup_409_on_insert_and_adoption(
         run, other, fingerprint=sha256_json(["h5", "other run"]), partition="1995080105"
     )
     assert (outcome.action, outcome.job_id, outcome.generation) == ("adopted", other(0).job_id, 0)
+
+
+def test_batch_job_lookups_answer_as_one_job_at_a_time(backend: Backend) -> None:
+    # get_jobs / jobs_submitted_to (one statement each on DuckDB) against get_job /
+    # jobs_submitted per job and table.
+    writer = backend.warehouse()
+    done = [load_hour(backend, writer, hour, 2 + n).job_id for n, hour in enumerate(HOURS[7:9])]
+    reader = backend.warehouse()
+    ids = [*done, "bqp_load_never_submitted_g0", done[0]]
+    statuses = reader.get_jobs(ids)
+    assert list(statuses) == list(dict.fromkeys(ids))
+    assert statuses == {i: reader.get_job(i) for i in ids}
+    assert [statuses[i].output_rows for i in done] == [2, 3]
+    assert statuses["bqp_load_never_submitted_g0"] is None
+    tables = [stage_spec("full", h).name for h in HOURS[6:9]]
+    today = dt.datetime.now(dt.UTC).date()
+    counts = reader.jobs_submitted_to(tables, today)
+    assert counts == {t: reader.jobs_submitted(t, today) for t in tables}
+    if not isinstance(backend, BigQueryBackend):  # the shim's jobs are not in jobs.list
+        assert counts == dict(zip(tables, [0, 1, 1], strict=True))
+    yesterday = today - dt.timedelta(days=1)
+    assert reader.jobs_submitted_to(tables, yesterday) == dict.fromkeys(tables, 0)
 
 
 def test_failed_load_changes_nothing_and_the_next_generation_runs(backend: Backend) -> None:

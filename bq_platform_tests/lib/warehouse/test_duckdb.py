@@ -9,6 +9,7 @@ rules (``test_duckdb_rules.py``). Every test gets its own database file (the ``w
 import dataclasses
 import datetime as dt
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,17 +138,19 @@ def test_ensure_tables_falls_back_to_one_by_one_when_a_table_appears_meanwhile(
     hours = [HOUR + dt.timedelta(hours=i) for i in range(3)]
     raced = stage(wh, tmp_path, hours[1], pageviews(hours[1], 2), "load1")
     later = DuckDBWarehouse(wh.path)
-    real_describe = later._describe_table
+    read_all, read_one = later._describe_tables, later._describe_table
     reads: list[str] = []
 
-    def describe_missing_first(table: str) -> TableSpec | None:
-        reads.append(table)
-        if table == raced and reads.count(table) == 1:
-            later._count_metadata(table)
-            return None  # read before the other client's create
-        return real_describe(table)
+    def describe_missing_first(tables: Sequence[str]) -> dict[str, TableSpec | None]:
+        reads.extend(tables)
+        return {**read_all(tables), raced: None}  # read before the other client's create
 
-    monkeypatch.setattr(later, "_describe_table", describe_missing_first)
+    def read_back(table: str) -> TableSpec | None:
+        reads.append(table)
+        return read_one(table)
+
+    monkeypatch.setattr(later, "_describe_tables", describe_missing_first)
+    monkeypatch.setattr(later, "_describe_table", read_back)
     try:
         specs = [stage_spec("full", h) for h in hours]
         later.ensure_tables(specs)
@@ -283,6 +286,30 @@ def test_table_info_from_metadata(wh: DuckDBWarehouse, tmp_path: Path) -> None:
         wh.partition_rows("flat", DAY1)
     # Not read from a Python variable of that name (DuckDB's replacement scans are off).
     assert wh.table_info("table") is None and wh.table_info("destination") is None
+
+
+def test_batch_reads_count_a_metadata_read_per_table_and_survive_a_drop(
+    wh: DuckDBWarehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = stage(wh, tmp_path, HOUR, pageviews(HOUR, 3), "s1")
+    later = DuckDBWarehouse(wh.path)
+    try:
+        specs = later.table_specs([kept, "missing"])
+        assert specs[kept] == wh.describe_table(kept) and specs["missing"] is None
+        assert later.metadata_operations == {kept: 1, "missing": 1}  # as tables.get each
+        with pytest.raises(ValueError, match="reserved"):
+            later.table_specs(["_bq_platform_jobs"])
+        # A table dropped between the existence read and the counts: each is read alone.
+        real = later._count_tables
+
+        def dropped_meanwhile(tables: Sequence[str]) -> dict[str, int | None]:
+            monkeypatch.setattr(later, "_count_tables", real)
+            raise duckdb_module.duckdb.CatalogException(f"Table with name {kept} does not exist!")
+
+        monkeypatch.setattr(later, "_count_tables", dropped_meanwhile)
+        assert later.tables_rows([kept, "missing"]) == {kept: 3, "missing": None}
+    finally:
+        later.close()
 
 
 def test_creating_an_existing_table_is_a_409_and_changes_nothing(

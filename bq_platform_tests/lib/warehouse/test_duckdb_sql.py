@@ -14,6 +14,7 @@ from bq_platform.lib.accounting import SiteHourCounts, audit_records
 from bq_platform.lib.warehouse import duckdb_sql
 from bq_platform.lib.warehouse.base import (
     PublishRecord,
+    Warehouse,
     WarehouseError,
 )
 from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
@@ -31,21 +32,28 @@ from bq_platform_tests.lib.warehouse.duckdb_rows import (
 # ----------------------------------------------------------------------- publish records
 
 
-def test_reading_a_publish_record_reads_no_metadata_once_the_ledger_is_ensured(
+def test_reading_a_publish_record_reads_no_metadata_even_before_the_ledger_exists(
     wh: DuckDBWarehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # One statement per read: a missing ledger is DuckDB's catalog error, read as no record.
     reads: list[str] = []
     table_info = wh.table_info
     monkeypatch.setattr(wh, "table_info", lambda t: reads.append(t) or table_info(t))
+    assert wh.table_exists("_bq_platform_published") is False
+    reads.clear()
     assert wh.read_publish_record("pageviews", "19950801") is None
-    assert reads == ["_bq_platform_published"]  # does the ledger exist yet?
     record = PublishRecord(
         "pageviews", "19950801", "job_g0", "f" * 64, 10, dt.datetime(2024, 1, 1, 12, tzinfo=UTC)
     )
-    wh.write_publish_records([record])  # ensures the ledger
-    reads.clear()
+    wh.write_publish_records([record])  # creates the ledger
     assert wh.read_publish_record("pageviews", "19950801") == record
     assert reads == []
+    fresh = DuckDBWarehouse(wh.path)  # nothing ensured: the next run's object
+    try:
+        assert fresh.read_publish_record("pageviews", "19950801") == record
+        assert fresh.metadata_operations == {}
+    finally:
+        fresh.close()
 
 
 def test_publish_records_round_trip_and_replace(wh: DuckDBWarehouse) -> None:
@@ -116,10 +124,17 @@ def test_replace_audit_rows_replaces_exactly_the_given_hours(wh: DuckDBWarehouse
     assert all(r["hour"].tzinfo is UTC and r["event_date"] == DAY1 for r in rows)
     assert [r["site"] for r in wh.audit_rows(h5, h6)] == ["b.org"]
     assert wh.metadata_operations == {"pageviews_audit": 2}  # ensured once: read + create
+    # The builds the gate compares with the manifests: one SELECT DISTINCT, as from the rows.
+    builds = wh.audited_builds(h4, h6 + dt.timedelta(hours=1))
+    assert builds == {(h4, "fp1"), (h5, "fp2"), (h6, "fp2")}
+    assert builds == Warehouse.audited_builds(wh, h4, h6 + dt.timedelta(hours=1))
+    assert all(hour.tzinfo is UTC for hour, _ in builds)
+    assert wh.audited_builds(h5, h6) == {(h5, "fp2")}
 
 
 def test_audit_rows_before_any_audit_is_empty(wh: DuckDBWarehouse) -> None:
     assert wh.audit_rows(HOUR, HOUR + dt.timedelta(hours=1)) == []
+    assert wh.audited_builds(HOUR, HOUR + dt.timedelta(hours=1)) == set()
 
 
 def test_replace_audit_rows_validates_before_touching_anything(wh: DuckDBWarehouse) -> None:
