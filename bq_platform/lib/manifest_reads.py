@@ -7,6 +7,7 @@ size request per file (issue 9, docs/PERFORMANCE.md).
 """
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
 
 from bq_platform.lib.layout import hour_manifest_key
@@ -47,8 +48,28 @@ def read_hour_manifests(
         if isinstance(text, ObjectNotFoundError):  # never built
             manifests[hour] = None
         else:
-            manifests[hour] = HourManifest.from_json(text, where=store.uri(key))
+            manifests[hour] = parse_hour_manifest(text, store.uri(key))
     return manifests
+
+
+#: Hour manifests :func:`parse_hour_manifest` keeps parsed, ~20 KB of text each (a 3-day batch
+#: is 72; a 1x ``bq-platform run`` parsed 504, each ~0.4 ms: issue 9, docs/PERFORMANCE.md).
+PARSED_MANIFESTS = 256
+
+
+@functools.lru_cache(maxsize=PARSED_MANIFESTS)
+def parse_hour_manifest(text: str | bytes, where: str) -> HourManifest:
+    """:meth:`HourManifest.from_json`, remembered by the manifest's exact text (and where it
+    was read): the audit, stage, report and publish steps of one process read the same hours
+    again, and a manifest changes only by being rewritten, which changes its text (its
+    ``attempt_id`` and ``created_at`` at least). Callers share the result: a frozen dataclass
+    (its ``file_mismatches`` are dicts no caller changes). A text that does not parse raises
+    each time.
+
+    Raises:
+        ManifestError: naming ``where`` if the document is not a valid hour manifest.
+    """
+    return HourManifest.from_json(text, where=where)
 
 
 def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
