@@ -219,7 +219,11 @@ class Warehouse(abc.ABC):
 
     def table_specs(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
         """:meth:`table_spec` of each table (each name once), the ones not ensured in this run
-        read back together (:meth:`_describe_tables`)."""
+        read back together (:meth:`_describe_tables`).
+
+        Raises:
+            ValueError: if a name is reserved by the backend (DuckDB's internal tables).
+        """
         specs: dict[str, TableSpec | None] = {}
         for table in tables:
             specs.setdefault(table, self._ensured.get(table))
@@ -241,7 +245,7 @@ class Warehouse(abc.ABC):
         """:meth:`table_rows` of each table (or ``table$YYYYMMDD`` partition), each name once:
         one metadata request per table, or fewer where the backend can answer several at once
         (DuckDB: two statements)."""
-        return {table: self.table_rows(table) for table in tables}
+        return {table: self.table_rows(table) for table in dict.fromkeys(tables)}
 
     def partition_rows(self, table: str, day: dt.date) -> int:
         """Rows of one day partition from metadata (no scan); 0 if table or partition is empty."""
@@ -258,9 +262,9 @@ class Warehouse(abc.ABC):
         """Read an existing table back as a spec (one metadata request); None if missing."""
 
     def _describe_tables(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
-        """:meth:`_describe_table` of each table (one metadata request per table on
-        BigQuery); a backend that can read several tables in one statement overrides it."""
-        return {table: self._describe_table(table) for table in tables}
+        """:meth:`_describe_table` of each table, each once (one metadata request per table
+        on BigQuery); a backend that can read several tables in one statement overrides it."""
+        return {table: self._describe_table(table) for table in dict.fromkeys(tables)}
 
     @abc.abstractmethod
     def _create_table(self, spec: TableSpec) -> None:

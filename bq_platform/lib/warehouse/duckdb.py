@@ -207,15 +207,20 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         return self.describe_table(table)
 
     def _describe_tables(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
-        """:meth:`_describe_table` of each table in two statements (:func:`read_specs`), one
-        metadata read counted per table, as BigQuery would bill them."""
-        for table in tables:
+        """:meth:`_describe_table` of each table (each once) in two statements
+        (:func:`read_specs`), one metadata read counted per table, as BigQuery would bill them.
+
+        Raises:
+            ValueError: if a name is one of the warehouse's internal tables (nothing is read).
+        """
+        names = list(dict.fromkeys(tables))
+        for table in names:
             if table in _INTERNAL:
                 raise ValueError(f"table name {table} is reserved by the DuckDB warehouse")
-        for table in tables:
+        for table in names:
             self._count_metadata(table)
         with self._connect() as con:
-            found = read_specs(con, tables)
+            found = read_specs(con, names)
         return {table: None if f is None else f[0] for table, f in found.items()}
 
     def tables_rows(self, tables: Sequence[str]) -> dict[str, int | None]:
