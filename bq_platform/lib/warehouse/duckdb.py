@@ -201,10 +201,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         return found[0] if found else None
 
     def _describe_table(self, table: str) -> TableSpec | None:
-        if table in _INTERNAL:  # they always exist: _create_table's check would never run
-            raise ValueError(f"table name {table} is reserved by the DuckDB warehouse")
-        self._count_metadata(table)
-        return self.describe_table(table)
+        return self._describe_tables([table])[table]
 
     def _describe_tables(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
         """:meth:`_describe_table` of each table (each once) in two statements
@@ -215,7 +212,7 @@ class DuckDBWarehouse(DuckDBJobHistory, DuckDBSql, Warehouse):
         """
         names = list(dict.fromkeys(tables))
         for table in names:
-            if table in _INTERNAL:
+            if table in _INTERNAL:  # they always exist: _create_table's check would never run
                 raise ValueError(f"table name {table} is reserved by the DuckDB warehouse")
         for table in names:
             self._count_metadata(table)
