@@ -15,7 +15,7 @@ transaction on the run's database and one on the index database. Measured on the
 landing zone (``scripts/event_log_ab.py``): the planned events 1.8-2.4 s -> 0.4-0.7 s, the audit
 step's 72 materializations 0.5-0.66 s -> 0.2 s.
 
-It is configured by ``dagster.yaml`` (:func:`bq_platform.instance.ensure_dagster_yaml` writes
+It is configured by ``dagster.yaml`` (:func:`bq_platform.cli.instance.ensure_dagster_yaml` writes
 it for a local instance; a deployment on Postgres keeps Dagster's own storage and batches too).
 Building it sets ``DAGSTER_EVENT_BATCH_SIZE`` (unless the environment sets it), so every
 process that opens the instance (``bq-platform``, ``dagster dev``, its run workers) batches.

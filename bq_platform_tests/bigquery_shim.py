@@ -1,12 +1,12 @@
 """BigQueryShim: what bqemulator lacks of BigQuery's documented behaviour, answered in front of it.
 
 TEST CODE ONLY: never import this from ``bq_platform``. The production adapter
-(:class:`bq_platform.lib.warehouse.bigquery.BigQueryWarehouse`) talks to bqemulator through a
+(:class:`bq_platform.lib.warehouse.bigquery.warehouse.BigQueryWarehouse`) talks to bqemulator through a
 :class:`~bq_platform_tests.http_recording.RecordingSession` that has a :class:`BigQueryShim` as its
 responder. The shim answers the requests below itself, the way BigQuery documents them, by
 running plain SQL and whole-table loads on the emulator (which it does support), and passes
 every other request through unchanged. Each behaviour names its source and the emulator gap it
-covers; ``bq_platform_tests/lib/test_bigquery_warehouse.py`` keeps a test per gap that runs the
+covers; ``bq_platform_tests/lib/warehouse/bigquery/test_warehouse.py`` keeps a test per gap that runs the
 raw emulator and fails the day the emulator learns the behaviour, so the shim can shrink.
 
 Behaviours (cloud.google.com pages unless stated):
@@ -64,7 +64,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 
 from bq_platform.lib.warehouse import job_rules, rules
-from bq_platform.lib.warehouse.bigquery import schema_fields, spec_of
+from bq_platform.lib.warehouse.bigquery.warehouse import schema_fields, spec_of
 from bq_platform.lib.warehouse.schema import Column, TableSpec
 from bq_platform_tests.bigquery_shim_lists import DATA_PATH, PartitionLists
 from bq_platform_tests.http_recording import HttpCall, RecordingSession, json_response

@@ -48,7 +48,7 @@ def spark() -> Iterator["object"]:
     """A ``local[2]`` SparkSession shared by all tests (starting one costs ~3 s)."""
     from pyspark.sql import SparkSession
 
-    from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+    from bq_platform.lib.build.spark import ensure_local_spark_env, spark_config
 
     ensure_local_spark_env()
     builder = SparkSession.builder

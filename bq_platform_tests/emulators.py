@@ -191,7 +191,7 @@ class GCSEmulator:
 
     def client(self, session: requests.Session | None = None) -> Any:
         """A ``google.cloud.storage.Client`` for this emulator, optionally over ``session``."""
-        from bq_platform.lib.objectstore.gcs import gcs_client
+        from bq_platform.lib.storage.gcs import gcs_client
 
         return gcs_client("bqp-emulator", emulator_host=self.endpoint, http=session)
 
@@ -234,8 +234,8 @@ class BigQueryEmulator:
             job_id_prefix: prefix of every job ID (job IDs are project-wide; tests that share
                 the emulator's project give each dataset its own).
         """
-        from bq_platform.lib.retries import api_retry, query_job_retry
-        from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+        from bq_platform.lib.gcp_retries import api_retry, query_job_retry
+        from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 
         return BigQueryWarehouse(
             self.client(session),

@@ -16,7 +16,7 @@ from dagster._core.events import (
 )
 
 from bq_platform.event_log import BatchedSqliteEventLogStorage
-from bq_platform.instance import ensure_dagster_yaml
+from bq_platform.cli.instance import ensure_dagster_yaml
 
 PLAIN_EVENT_LOG = """\
 event_log_storage:

@@ -1,6 +1,6 @@
 """What DuckDB's storage compressions cost the local warehouse's stage loads (issue 9).
 
-The local warehouse (:class:`bq_platform.lib.warehouse.duckdb.DuckDBWarehouse`) runs each
+The local warehouse (:class:`bq_platform.lib.warehouse.duckdb.warehouse.DuckDBWarehouse`) runs each
 hour's stage load job as one transaction that creates a table from the hour's Parquet files.
 DuckDB compresses table data when it checkpoints (automatically, once the WAL passes
 ``checkpoint_threshold``, 16 MiB by default), and picking and running a compression per column
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 
 
 def one_try(full: Path, disabled: str, work: Path) -> dict[str, float]:

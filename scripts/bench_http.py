@@ -105,7 +105,7 @@ def _spark() -> Any:
     """A ``local[2]`` SparkSession configured as the tests' (``bq_platform_tests/conftest``)."""
     from pyspark.sql import SparkSession
 
-    from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+    from bq_platform.lib.build.spark import ensure_local_spark_env, spark_config
 
     ensure_local_spark_env()
     builder = SparkSession.builder
@@ -116,12 +116,12 @@ def _spark() -> Any:
 
 def _build_day(work: Path, logs: Path, every: int, gcs_emulator: Any) -> _Day:
     """Land, build (Spark) and upload the NASA day, as ``test_emulator_day.built_day``."""
-    from bq_platform.lib import layout
-    from bq_platform.lib.build import build_hours
-    from bq_platform.lib.hours import day_hours
-    from bq_platform.lib.landing import land_file
-    from bq_platform.lib.objectstore.gcs import GCSObjectStore
-    from bq_platform.lib.objectstore.local import LocalObjectStore
+    from bq_platform.lib.core import layout
+    from bq_platform.lib.build.hourly import build_hours
+    from bq_platform.lib.core.hours import day_hours
+    from bq_platform.lib.landing.producer.land import land_file
+    from bq_platform.lib.storage.gcs import GCSObjectStore
+    from bq_platform.lib.storage.local import LocalObjectStore
     from bq_platform_tests.emulators import unique_name
     from bq_platform_tests.integration.test_emulator_day import thin_log
     from bq_platform_tests.integration.test_emulator_hourly_path import upload_hour
@@ -150,7 +150,7 @@ def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
     and writes and the warehouse's loads, for the day's 24 hours, per phase:
 
     - ``build reads before Spark``: the build's :func:`list_sites`, :func:`landed_hours` and
-      :func:`verify_landed` (``lib/build.py`` steps 1-2);
+      :func:`verify_landed` (``lib/build/hourly.py`` steps 1-2);
     - ``stage steps' manifests and bytes``: per hour and kind, the hour manifest and the bytes
       of its files, as ``warehouse/pageviews_stage`` and ``pageviews_sample_stage`` read them
       for their loads and metadata.
@@ -158,12 +158,12 @@ def _object_requests(gcs_emulator: Any, bucket: str) -> dict[str, Any]:
     Returns:
         ``{"deliveries", "phases": {phase: {operation: requests, "total": n}}, "seconds"}``.
     """
-    from bq_platform.lib.deliveries import landed_hours, verify_landed
-    from bq_platform.lib.hours import day_hours
-    from bq_platform.lib.landing_index import list_sites
-    from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes
-    from bq_platform.lib.objectstore.gcs import GCSObjectStore
-    from bq_platform.lib.publish import KINDS
+    from bq_platform.lib.landing.deliveries import landed_hours, verify_landed
+    from bq_platform.lib.core.hours import day_hours
+    from bq_platform.lib.landing.index import list_sites
+    from bq_platform.lib.core.manifest_reads import read_hour_manifests, stage_bytes
+    from bq_platform.lib.storage.gcs import GCSObjectStore
+    from bq_platform.lib.publish.protocol import KINDS
 
     hours = day_hours(DAY)
     phases: dict[str, dict[str, int]] = {}
@@ -198,16 +198,16 @@ def _run_day(warehouse: Any, session: MeteredSession, day: _Day, run_id: str) ->
     Raises:
         RuntimeError: if a table's rows differ from the manifests or the day is incomplete.
     """
-    from bq_platform.lib.accounting import audit_records
-    from bq_platform.lib.hours import day_hours
-    from bq_platform.lib.manifest_reads import read_hour_manifests
-    from bq_platform.lib.publish import (
+    from bq_platform.lib.core.accounting import audit_records
+    from bq_platform.lib.core.hours import day_hours
+    from bq_platform.lib.core.manifest_reads import read_hour_manifests
+    from bq_platform.lib.publish.protocol import (
         KINDS,
         day_completeness,
         load_stage_hours,
         publish_days,
     )
-    from bq_platform.lib.publish_deadletters import load_day_deadletters
+    from bq_platform.lib.publish.deadletter_table import load_day_deadletters
 
     hours = day_hours(DAY)
     actions: dict[str, int] = {}

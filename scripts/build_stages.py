@@ -1,7 +1,7 @@
 """Where a cold build's time goes, Spark stage by stage (issue 9, docs/PERFORMANCE.md).
 
 Runs ``build_hours`` once in a fresh driver JVM, with the session config of
-``bq_platform.lib.spark`` and ``local[2]``, on the landed hours of a landing zone (outputs go to
+``bq_platform.lib.build.spark`` and ``local[2]``, on the landed hours of a landing zone (outputs go to
 a scratch folder), with Spark's event log on; then prints each stage from that log: when it was
 submitted (seconds after the application started), its wall seconds, tasks, and the executor
 run, CPU and GC seconds summed over its tasks. Run time above CPU time is time the task threads
@@ -105,10 +105,10 @@ def main(argv: list[str]) -> int:
         return 2
     from pyspark.sql import SparkSession
 
-    from bq_platform.lib.build import build_hours
-    from bq_platform.lib.hours import parse_hour_label
-    from bq_platform.lib.objectstore.local import LocalObjectStore
-    from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+    from bq_platform.lib.build.hourly import build_hours
+    from bq_platform.lib.core.hours import parse_hour_label
+    from bq_platform.lib.storage.local import LocalObjectStore
+    from bq_platform.lib.build.spark import ensure_local_spark_env, spark_config
 
     ensure_local_spark_env()  # loopback, and the local driver's JDK (its archive's JDK)
     lake = Path(argv[1]).resolve()

@@ -2,7 +2,7 @@
 
 For each history of N days it fills a bucket as hourly builds would (each day built once by its
 own attempt: 24 hours x 3 folders, and the hour manifests), then rebuilds the last day with
-another attempt, which records the 24 units it displaced (:mod:`bq_platform.lib.superseded`).
+another attempt, which records the 24 units it displaced (:mod:`bq_platform.lib.build.superseded`).
 It then runs, one retention later, either the full pass (:func:`retention.clean_attempts`,
 after a first pass that sees the units) or the record pass (:func:`retention.clean_superseded`)
 over a storage client whose HTTP session records every request, and prints per pass the
@@ -25,13 +25,13 @@ if str(REPO) not in sys.path:  # bq_platform_tests is not installed; it lives in
     sys.path.insert(0, str(REPO))
 
 from bq_platform.lib import layout  # noqa: E402
-from bq_platform.lib.objectstore.base import ObjectStore  # noqa: E402
-from bq_platform.lib.objectstore.gcs import GCSObjectStore  # noqa: E402
-from bq_platform.lib.retention import RETENTION, clean_attempts, clean_superseded  # noqa: E402
-from bq_platform.lib.superseded import record_superseded  # noqa: E402
+from bq_platform.lib.storage.base import ObjectStore  # noqa: E402
+from bq_platform.lib.storage.gcs import GCSObjectStore  # noqa: E402
+from bq_platform.lib.build.retention import RETENTION, clean_attempts, clean_superseded  # noqa: E402
+from bq_platform.lib.build.superseded import record_superseded  # noqa: E402
 from bq_platform_tests.emulators import running_gcs_emulator  # noqa: E402
 from bq_platform_tests.http_recording import RecordingSession  # noqa: E402
-from bq_platform_tests.lib.test_retention import T0, manifest_of  # noqa: E402
+from bq_platform_tests.lib.build.test_retention import T0, manifest_of  # noqa: E402
 
 FIRST_DAY = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:  # bq_platform_tests is not installed; it lives in
 import dagster as dg  # noqa: E402
 from benchmark import dagster_days  # noqa: E402
 
-from bq_platform.instance import ensure_dagster_yaml  # noqa: E402
+from bq_platform.cli.instance import ensure_dagster_yaml  # noqa: E402
 from bq_platform_tests.test_event_log import PLAIN_EVENT_LOG  # noqa: E402
 
 

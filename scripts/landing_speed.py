@@ -1,4 +1,4 @@
-"""Landing speed: lines per second of :func:`bq_platform.lib.landing.land_file` on one process.
+"""Landing speed: lines per second of :func:`bq_platform.lib.landing.producer.land.land_file` on one process.
 
 Writes the bundled real logs (81,744 lines) ``--copies`` times each as gzip files, like rotated
 logs (``--plain``: uncompressed), copy ``i`` with its hosts prefixed ``c<i>-`` so that no two
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bq_platform.lib.landing import land_file
-from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.landing.producer.land import land_file
+from bq_platform.lib.storage.local import LocalObjectStore
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOGS = REPO.parent / "shared" / "data" / "access_logs"

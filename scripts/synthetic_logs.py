@@ -83,8 +83,7 @@ def learn_mix(access_logs: Path) -> Mix:
         FileNotFoundError: if there is no ``<site>/*.log.gz`` under ``access_logs``.
     """
     sys.path.insert(0, str(REPO))
-    from bq_platform.lib import logformat as lf
-
+    from bq_platform.lib.core import logformat as lf
     sites, by_hour = [], collections.Counter()
     for site_dir in sorted(p for p in access_logs.iterdir() if p.is_dir()):
         clients: dict[str, int] = {}

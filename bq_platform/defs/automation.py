@@ -31,7 +31,7 @@ import dagster as dg
 
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
-from bq_platform.lib.hours import days_between, hour_label, partition_day
+from bq_platform.lib.core.hours import days_between, hour_label, partition_day
 from bq_platform.lib.planning import AutomationPlan, plan_automation, scan_window
 
 HOURLY_SELECTION = dg.AssetSelection.assets(

@@ -49,7 +49,7 @@ def report_days(
 
     A one-day run's materialization carries the day's metadata itself (as before ranges); a
     range's days each get theirs, plus the step's totals (days, :data:`SUMMED`, seconds) under
-    :data:`~bq_platform.lib.reporting.STEP_TOTALS` (:func:`partition_results`).
+    :data:`~bq_platform.lib.core.reporting.STEP_TOTALS` (:func:`partition_results`).
 
     Raises:
         whatever ``one_day`` raises, for the first day that fails (see the module docstring).

@@ -25,9 +25,9 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from bq_platform.lib.landing import LandingError
-from bq_platform.lib.manifest import ManifestError
-from bq_platform.lib.quota import QuotaBudgetExceededError
+from bq_platform.lib.landing.producer.land import LandingError
+from bq_platform.lib.core.manifest import ManifestError
+from bq_platform.lib.publish.quota import QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import SchemaMismatchError
 
 #: Errors a retry cannot fix: the input or the table must change first.

@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 
 from bq_platform.defs.resources import BigQueryWarehouseResource, WarehouseResource
-from bq_platform.lib.reporting import STEP_TOTALS
+from bq_platform.lib.core.reporting import STEP_TOTALS
 
 OWNERS = ["team:data-platform"]
 """Owners of every asset of the pipeline (Dagster accepts an email or ``team:<name>``)."""

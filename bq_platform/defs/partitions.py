@@ -2,11 +2,11 @@
 
 Hourly partition keys are hour labels, ``YYYY-MM-DDTHH`` (``1995-08-01T04``): the same
 spelling as the landing folders and ``bq-platform run --start/--end`` (see
-:mod:`bq_platform.lib.hours`). Daily keys are ``YYYY-MM-DD``.
+:mod:`bq_platform.lib.core.hours`). Daily keys are ``YYYY-MM-DD``.
 
 The first partition is configuration: ``BQ_PLATFORM_FIRST_HOUR`` (``YYYY-MM-DDTHH``, UTC; the
 pre-issue-8 spelling ``YYYY-MM-DD-HH:00`` is accepted too), default ``1995-08-01T00`` for the
-bundled logs (:func:`bq_platform.lib.environment.first_hour`, which the landing commands read
+bundled logs (:func:`bq_platform.settings.first_hour`, which the landing commands read
 too). It is read when the definitions load, the one setting that must be known then (a
 partitions definition is part of the asset graph).
 """
@@ -15,8 +15,8 @@ import datetime as dt
 
 import dagster as dg
 
-from bq_platform.lib import environment
-from bq_platform.lib.hours import HOURLY_PARTITION_FMT, days_between, hours_between
+from bq_platform import settings as environment
+from bq_platform.lib.core.hours import HOURLY_PARTITION_FMT, days_between, hours_between
 
 FIRST_HOUR: dt.datetime = environment.first_hour()
 

@@ -14,7 +14,7 @@ a directory, DuckDB, ``local[*]``, everything under ``BQ_PLATFORM_HOME``, defaul
 variable; values enter through ``dg.EnvVar`` so they are read when a run starts (code that
 uses a resource outside a run resolves them with :func:`resolved`). The commands that need
 no Dagster (``bq-platform land``, ``land-tree``, ``deadletters``) get the same lake from
-:func:`bq_platform.lib.environment.object_store`; ``test_environment.py`` holds the two to
+:func:`bq_platform.settings.object_store`; ``test_environment.py`` holds the two to
 the same folder or bucket.
 """
 
@@ -26,13 +26,13 @@ from typing import Any, TypeVar
 import dagster as dg
 from pydantic import PrivateAttr
 
-from bq_platform.defs.hourly_build import hourly_build
-from bq_platform.lib import environment
-from bq_platform.lib.build_read import DEFAULT_LINES_PER_PASS
-from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.quality import DEFAULT_MAX_REJECTED_SHARE
-from bq_platform.lib.quota import JobBudget
-from bq_platform.lib.spark import spark_config
+from bq_platform.defs.pageviews.spark_build import hourly_build
+from bq_platform import settings as environment
+from bq_platform.lib.build.read import DEFAULT_LINES_PER_PASS
+from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.quality.rejected_share import DEFAULT_MAX_REJECTED_SHARE
+from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.build.spark import spark_config
 from bq_platform.lib.warehouse.base import Warehouse
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
@@ -47,7 +47,7 @@ class ObjectStoreResource(dg.ConfigurableResource, abc.ABC):
 
     @abc.abstractmethod
     def get_store(self) -> ObjectStore:
-        """The :class:`~bq_platform.lib.objectstore.base.ObjectStore` to use."""
+        """The :class:`~bq_platform.lib.storage.base.ObjectStore` to use."""
 
 
 class LocalObjectStoreResource(ObjectStoreResource):
@@ -56,7 +56,7 @@ class LocalObjectStoreResource(ObjectStoreResource):
     root: str
 
     def get_store(self) -> ObjectStore:
-        from bq_platform.lib.objectstore.local import LocalObjectStore
+        from bq_platform.lib.storage.local import LocalObjectStore
 
         return LocalObjectStore(self.root)
 
@@ -69,7 +69,7 @@ class GCSObjectStoreResource(ObjectStoreResource):
     prefix: str = ""
 
     def get_store(self) -> ObjectStore:
-        from bq_platform.lib.objectstore.gcs import GCSObjectStore, storage_client
+        from bq_platform.lib.storage.gcs import GCSObjectStore, storage_client
 
         return GCSObjectStore(self.bucket, storage_client(self.project), prefix=self.prefix)
 
@@ -112,7 +112,7 @@ class DuckDBWarehouseResource(WarehouseResource):
     a step's stage loads overlap as BigQuery's do (issue 9)."""
 
     def _build(self) -> Warehouse:
-        from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+        from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 
         return DuckDBWarehouse(self.path, concurrent_jobs=self.concurrent_jobs)
 
@@ -129,8 +129,8 @@ class BigQueryWarehouseResource(WarehouseResource):
     api_endpoint: str | None = None
 
     def _build(self) -> Warehouse:
-        from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
-        from bq_platform.lib.warehouse.bigquery_client import bigquery_client
+        from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
+        from bq_platform.lib.warehouse.bigquery.client import bigquery_client
 
         client = bigquery_client(self.project, self.location, api_endpoint=self.api_endpoint)
         return BigQueryWarehouse(
@@ -152,19 +152,19 @@ class PipelineSettings(dg.ConfigurableResource):
             operations per table per day; default 90% of that).
         max_rejected_share: share of rejected lines (0..1) above which a site-hour fails the
             ``rejected_share`` check with ERROR and holds its day's publish
-            (``BQ_PLATFORM_MAX_REJECTED_SHARE``; see :mod:`bq_platform.lib.quality`).
+            (``BQ_PLATFORM_MAX_REJECTED_SHARE``; see :mod:`bq_platform.lib.quality.rejected_share`).
         reports_url: base URL at which the operator's browser reads the object store's
             ``reports/`` folder (``BQ_PLATFORM_REPORTS_URL``); when set, the completeness
             report shows its picture in the Dagster UI (Dagster's Markdown shows ``http(s)``
             images only). Local default
-            :data:`~bq_platform.lib.environment.LOCAL_REPORTS_URL`, where ``make dev`` serves the
+            :data:`~bq_platform.settings.LOCAL_REPORTS_URL`, where ``make dev`` serves the
             folder; on GCS use the authenticated browser URL
             ``https://storage.cloud.google.com/<bucket>/reports``, which asks the browser's user
             to sign in and needs ``storage.objects.get`` (cloud.google.com/storage/docs/
             request-endpoints, "authenticated browser downloads").
         lines_per_pass: the most source lines one Spark pass of the hourly build reads
             (``BQ_PLATFORM_LINES_PER_PASS``; default
-            :data:`~bq_platform.lib.build_read.DEFAULT_LINES_PER_PASS`, sized for a 2g local
+            :data:`~bq_platform.lib.build.read.DEFAULT_LINES_PER_PASS`, sized for a 2g local
             driver). Raise it with the executors' memory on a cluster.
         lookback_days: the automation sensor and ``bq-platform run`` plan the UTC days from
             this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``); 0, the default:
@@ -236,7 +236,7 @@ def resolved(resource: R) -> R:
     """``resource`` with each ``dg.EnvVar`` field replaced by the variable's value, read now.
 
     For code that uses a resource outside a Dagster run (``bq-platform run``'s planner and
-    summary, :meth:`bq_platform.runner.PipelineRunner.from_environment`). Dagster resolves an
+    summary, :meth:`bq_platform.cli.runner.PipelineRunner.from_environment`). Dagster resolves an
     ``EnvVar`` only when a run initializes the resource; read directly, the field is the
     variable's *name* (``build_resources("prod")["settings"].visitor_key`` is the string
     ``"BQ_PLATFORM_VISITOR_KEY"``), so the planner would have keyed visitors with the name and

@@ -19,19 +19,19 @@ import dataclasses
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from bq_platform.lib.hours import day_hours, hour_label
-from bq_platform.lib.jobids import (
+from bq_platform.lib.core.hours import day_hours, hour_label
+from bq_platform.lib.core.job_ids import (
     day_fingerprint,
     day_partition,
     hour_fingerprint,
     input_fingerprint,
     sha256_json,
 )
-from bq_platform.lib.landing_index import LandingIndex, scan_landing
-from bq_platform.lib.manifest_reads import read_hour_manifests
-from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.pseudonymize import SAMPLE_MODULUS, key_id
-from bq_platform.lib.transform import TRANSFORM_VERSION
+from bq_platform.lib.landing.index import LandingIndex, scan_landing
+from bq_platform.lib.core.manifest_reads import read_hour_manifests
+from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS, key_id
+from bq_platform.lib.build.transform import TRANSFORM_VERSION
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import (
     DEADLETTERS_TABLE,
@@ -80,7 +80,7 @@ def lookback_start(now: dt.datetime, lookback_days: int) -> dt.date | None:
 
     A production landing zone grows by every hour of every site; planning every landed day
     reads every landed manifest and 24 hour manifests per day on each sensor tick
-    (:func:`~bq_platform.lib.landing_index.scan_landing`), so its cost grows with the history.
+    (:func:`~bq_platform.lib.landing.index.scan_landing`), so its cost grows with the history.
     With a window it follows the window. Days before it are left as they are: a late file
     there is built by a backfill of its partitions in the UI, or by ``bq-platform run`` with
     the variable unset. The window starts on a whole day, so a day is planned with all its
@@ -102,7 +102,7 @@ def scan_window(
     store: ObjectStore, lookback_days: int, now: dt.datetime | None = None
 ) -> LandingIndex:
     """The landing zone the automation plans: its days from :func:`lookback_start` on (all of
-    them for ``lookback_days`` 0), as :func:`~bq_platform.lib.landing_index.scan_landing`
+    them for ``lookback_days`` 0), as :func:`~bq_platform.lib.landing.index.scan_landing`
     reads them; the index's ``since`` says which window it was.
 
     Raises:
@@ -137,7 +137,7 @@ def plan_day(
 
     Args:
         day: a UTC day.
-        index: the landing zone (:func:`~bq_platform.lib.landing_index.scan_landing`).
+        index: the landing zone (:func:`~bq_platform.lib.landing.index.scan_landing`).
         store, warehouse: where manifests and publish records are.
         visitor_key: the pseudonymization key (its ID is part of every hour fingerprint).
         now: the current UTC time for the automation; None (the CLI) treats every hour as closed.

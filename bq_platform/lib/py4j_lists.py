@@ -12,7 +12,7 @@ joined string (docs/PERFORMANCE.md). That time is the driver's, before the pass'
 The paths travel as one ``\\n``-joined string, split in the JVM (``java.util.regex.Pattern``),
 and come back joined by Hadoop's ``org.apache.hadoop.util.StringUtils.join(CharSequence,
 String[])`` (py4j only matches a ``String[]`` argument to a method declared with exactly that
-type). A path containing ``\\n`` (no landed key can: :mod:`bq_platform.lib.layout`) takes
+type). A path containing ``\\n`` (no landed key can: :mod:`bq_platform.lib.core.layout`) takes
 PySpark's own conversion. These use PySpark's private ``_jreader``, ``_df`` and ``_jdf``
 (pyspark 4.x classic, ``pyspark/sql/readwriter.py`` and ``dataframe.py``); the build's tests
 read through them on every run.

@@ -18,7 +18,7 @@ write what it loaded into an archive that later JVMs with the same JDK and class
   the landing, transform, cache, counts and Parquet writes of the bundled real logs, or of a
   few synthetic lines, :data:`TRAINING_ROUNDS` times) in a child process whose driver JVM
   writes the archive as it exits, then moves the file into place atomically.
-- :func:`archive_options` gives the driver options that use it; :func:`bq_platform.lib.spark.
+- :func:`archive_options` gives the driver options that use it; :func:`bq_platform.lib.build.spark.
   spark_config` adds them for local masters (the driver runs the tasks there). A missing
   archive adds nothing; one the JVM cannot use (another JDK build or class path) is ignored by
   the JVM, quietly (``-Xlog:cds*=off``, ``-Xlog:aot*=off``: HotSpot would print warnings).
@@ -47,7 +47,7 @@ from bq_platform.lib.spark_jdk import uses_bundled_jdk
 if TYPE_CHECKING:
     from py4j.java_gateway import JavaGateway
 
-    from bq_platform.lib.objectstore.base import ObjectStore
+    from bq_platform.lib.storage.base import ObjectStore
 
 #: Environment override of the archive's path; an empty value turns the archive off.
 ARCHIVE_ENV = "BQ_PLATFORM_SPARK_CDS_ARCHIVE"
@@ -157,9 +157,9 @@ def _train(archive: Path, logs: Path | None) -> None:
     before it had written its AOT cache."""
     from dagster_pyspark.resources import spark_session_from_config
 
-    from bq_platform.lib.build import build_hours
-    from bq_platform.lib.objectstore.local import LocalObjectStore
-    from bq_platform.lib.spark import ensure_local_spark_env, spark_config
+    from bq_platform.lib.build.hourly import build_hours
+    from bq_platform.lib.storage.local import LocalObjectStore
+    from bq_platform.lib.build.spark import ensure_local_spark_env, spark_config
 
     ensure_local_spark_env()
     config = spark_config("local[2]", shuffle_partitions=2)
@@ -181,8 +181,8 @@ def _train(archive: Path, logs: Path | None) -> None:
 
 def _land_training_logs(store: "ObjectStore", work: Path, logs: Path | None) -> list[dt.datetime]:
     """Land the training's input into ``store``; returns its UTC hours, in order."""
-    from bq_platform.lib.landing import land_file
-    from bq_platform.lib.landing_tree import land_site, site_folders
+    from bq_platform.lib.landing.producer.land import land_file
+    from bq_platform.lib.landing.producer.tree import land_site, site_folders
 
     if logs is not None:  # as `bq-platform land-tree DIR` lands it
         landed = [land_site(lambda: store, f, None).landed for f in site_folders(logs)]

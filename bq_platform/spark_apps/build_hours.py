@@ -1,7 +1,7 @@
 """The hourly build's main file for ``spark-submit``, Dataproc PySpark jobs and Dagster Pipes.
 
-The same :func:`bq_platform.lib.build.build_hours` as the ``pageview_files`` asset, with the
-same settings (:mod:`bq_platform.lib.build_job`), run outside the Dagster process::
+The same :func:`bq_platform.lib.build.hourly.build_hours` as the ``pageview_files`` asset, with the
+same settings (:mod:`bq_platform.lib.build.application`), run outside the Dagster process::
 
     spark-submit --master spark://host:7077 \\
         --conf spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods \\
@@ -17,10 +17,10 @@ Arguments: the first and the last UTC hour (``YYYY-MM-DDTHH``, both included; th
 to the first), ``--attempt-id`` (``[A-Za-z0-9_-]+``; default ``submit-<UTC time>-<random>``:
 the outputs go under that attempt's prefix and the hour manifests name them, so a re-run is a
 new attempt that replaces the hours whole, as a Dagster retry does) and ``--error-file`` (for
-the launcher, :class:`bq_platform.defs.hourly_build.SparkSubmitBuild`).
+the launcher, :class:`bq_platform.defs.pageviews.spark_build.SparkSubmitBuild`).
 
 Output: progress on stderr (Python logging, INFO), then one JSON line on stdout
-(:func:`~bq_platform.lib.build_job.summary`; not under Pipes, where it is a materialization's
+(:func:`~bq_platform.lib.build.application.summary`; not under Pipes, where it is a materialization's
 metadata), the last line this process writes (``spark-submit`` merges a Python application's
 stderr into its stdout; Spark's own log4j lines go to its stderr). Exit status:
 
@@ -28,7 +28,7 @@ stderr into its stdout; Spark's own log4j lines go to its stderr). Exit status:
   the asset's does): each problem is logged as an ERROR and listed in the summary's
   ``problems``, and the accounting check and the daily publish hold it, as for a build in the
   Dagster process;
-- 1: the build raised (a :class:`~bq_platform.lib.landing.LandingError` names the landed file
+- 1: the build raised (a :class:`~bq_platform.lib.landing.producer.land.LandingError` names the landed file
   and what to do; no hour manifest is written then);
 - 2: bad arguments or settings, named (argparse's usage error, or one ERROR line).
 
@@ -37,7 +37,7 @@ Under Dagster Pipes (launched by ``PipesDataprocJobClient``, which adds
 ``PipesSubprocessClient``, which sets ``DAGSTER_PIPES_CONTEXT``): progress goes to the Dagster
 run's log and the summary is reported as a materialization's metadata (an asset that returns the
 client's ``get_results()`` materializes each partition of its run with it; the shipped
-``pageview_files`` reads the hour manifests instead: :mod:`bq_platform.defs.hourly_build`).
+``pageview_files`` reads the hour manifests instead: :mod:`bq_platform.defs.pageviews.spark_build`).
 """
 
 import argparse
@@ -49,7 +49,7 @@ from collections.abc import Sequence
 
 import click
 
-from bq_platform.lib.build_job import (
+from bq_platform.lib.build.application import (
     PIPES_ARGUMENTS,
     pipes_context,
     resolve_job,
@@ -57,7 +57,7 @@ from bq_platform.lib.build_job import (
     summary,
     write_error,
 )
-from bq_platform.lib.landing import LandingError
+from bq_platform.lib.landing.producer.land import LandingError
 
 _LOG = logging.getLogger("bq_platform.spark_apps.build_hours")  # also when run as __main__
 
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in result["problems"]:
             log.error("accounting does not balance: %s", problem)
         if pipes is None:  # the program's result, on stdout; under Pipes it is the metadata
-            click.echo(json.dumps(result))  # as bq-platform writes its output (cli.py)
+            click.echo(json.dumps(result))  # as bq-platform writes its output (cli/main.py)
         else:
             pipes.report_asset_materialization(
                 metadata={k: v for k, v in result.items() if k != "problems"}

@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 import dagster as dg
 import pytest
 
-from bq_platform.defs.hourly_build import SparkResource
+from bq_platform.defs.pageviews.spark_build import SparkResource
 from bq_platform.defs.resources import build_resources
-from bq_platform.lib.landing import land_file
-from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.lib.landing.producer.land import land_file
+from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 
 SITE = "example.org"
 _files = itertools.count()

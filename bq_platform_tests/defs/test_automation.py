@@ -11,7 +11,7 @@ import pytest
 
 from bq_platform.defs.automation import pageviews_automation_sensor, run_days
 from bq_platform.defs.resources import build_resources
-from bq_platform.lib.hours import hour_label
+from bq_platform.lib.core.hours import hour_label
 from bq_platform.lib.planning import is_closed
 from bq_platform_tests.defs.conftest import Pipeline
 

@@ -18,7 +18,7 @@ from dagster._core.definitions.automation_tick_evaluation_context import (
 from dagster._core.definitions.events import AssetKeyPartitionKey
 
 from bq_platform.defs.automation import DAILY_SELECTION, HOURLY_SELECTION
-from bq_platform.lib.hours import day_hours, hour_label
+from bq_platform.lib.core.hours import day_hours, hour_label
 from bq_platform_tests.defs.conftest import CountingSparkResource, Pipeline
 
 pytestmark = pytest.mark.spark

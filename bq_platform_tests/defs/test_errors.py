@@ -4,9 +4,9 @@ import dagster as dg
 import pytest
 
 from bq_platform.defs.errors import fail_fast, non_retryable
-from bq_platform.lib.landing import LandingError
-from bq_platform.lib.manifest import ManifestError
-from bq_platform.lib.quota import QuotaBudgetExceededError
+from bq_platform.lib.landing.producer.land import LandingError
+from bq_platform.lib.core.manifest import ManifestError
+from bq_platform.lib.publish.quota import QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import SchemaMismatchError
 
 RETRY = dg.RetryPolicy(max_retries=2, delay=0)

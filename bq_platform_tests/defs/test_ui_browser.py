@@ -59,8 +59,8 @@ def _free_port() -> int:
 def _materialize(home: Path, access_logs: Path) -> None:
     """Land two real hours and run the pipeline's jobs against ``$DAGSTER_HOME``."""
     from bq_platform.definitions import defs
-    from bq_platform.lib.landing import land_file
-    from bq_platform.lib.objectstore.local import LocalObjectStore
+    from bq_platform.lib.landing.producer.land import land_file
+    from bq_platform.lib.storage.local import LocalObjectStore
 
     (log,) = (access_logs / NASA).glob("*.gz")
     lines = [

@@ -7,8 +7,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 
 
 @dataclasses.dataclass

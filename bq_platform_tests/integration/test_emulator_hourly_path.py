@@ -34,25 +34,25 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from bq_platform.lib.accounting import audit_records, unbalanced
-from bq_platform.lib.build import build_hours
-from bq_platform.lib.hours import day_hours
-from bq_platform.lib.jobids import hour_partition, job_id
-from bq_platform.lib.landing import land_file
-from bq_platform.lib.layout import hour_manifest_key
-from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.manifest_reads import read_hour_manifest
-from bq_platform.lib.objectstore.gcs import GCSObjectStore
-from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform.lib.publish import (
+from bq_platform.lib.core.accounting import audit_records, unbalanced
+from bq_platform.lib.build.hourly import build_hours
+from bq_platform.lib.core.hours import day_hours
+from bq_platform.lib.core.job_ids import hour_partition, job_id
+from bq_platform.lib.landing.producer.land import land_file
+from bq_platform.lib.core.layout import hour_manifest_key
+from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.core.manifest_reads import read_hour_manifest
+from bq_platform.lib.storage.gcs import GCSObjectStore
+from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.publish.protocol import (
     KINDS,
     day_completeness,
     expected_rows,
     load_stage_hours,
 )
-from bq_platform.lib.transform import PAGEVIEW_COLUMN_NAMES
+from bq_platform.lib.build.transform import PAGEVIEW_COLUMN_NAMES
 from bq_platform.lib.warehouse.base import JobFailedError
-from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
+from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import stage_spec
 from bq_platform_tests import emulators
 from bq_platform_tests.bigquery_shim import BigQueryShim

@@ -25,21 +25,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from bq_platform.lib import layout
-from bq_platform.lib.jobids import day_fingerprint, job_id, job_labels, sha256_json
-from bq_platform.lib.jobs import run_idempotent_job
-from bq_platform.lib.objectstore.gcs import GCSObjectStore, gcs_client
-from bq_platform.lib.quota import JobBudget
+from bq_platform.lib.core import layout
+from bq_platform.lib.core.job_ids import day_fingerprint, job_id, job_labels, sha256_json
+from bq_platform.lib.publish.idempotent_jobs import run_idempotent_job
+from bq_platform.lib.storage.gcs import GCSObjectStore, gcs_client
+from bq_platform.lib.publish.quota import JobBudget
 from bq_platform.lib.warehouse.base import (
     CopyJob,
     JobConflictError,
     JobFailedError,
     LoadJob,
 )
-from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
-from bq_platform.lib.warehouse.bigquery_client import bigquery_client
+from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
+from bq_platform.lib.warehouse.bigquery.client import bigquery_client
 from bq_platform.lib.warehouse.schema import pageviews_spec, stage_spec
-from bq_platform_tests.lib.test_bigquery_warehouse import pageview_parquet
+from bq_platform_tests.lib.warehouse.bigquery.test_warehouse import pageview_parquet
 
 _HAVE_CREDENTIALS = bool(
     os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or os.environ.get("BQ_PLATFORM_GCP_USE_ADC")

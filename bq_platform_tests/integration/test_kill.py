@@ -12,10 +12,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from bq_platform.lib import layout
-from bq_platform.lib.hours import parse_hour
-from bq_platform.runner import DAILY_JOB
-from bq_platform_tests.cli_home import SLICE_LINES, CliHome
+from bq_platform.lib.core import layout
+from bq_platform.lib.core.hours import parse_hour
+from bq_platform.cli.runner import DAILY_JOB
+from bq_platform_tests.cli.cli_home import SLICE_LINES, CliHome
 
 pytestmark = pytest.mark.spark
 

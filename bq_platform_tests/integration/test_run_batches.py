@@ -6,8 +6,8 @@ import datetime as dt
 
 import dagster as dg
 
-from bq_platform.lib.landing import land_file
-from bq_platform.runner import DAILY_JOB, HOURLY_JOB, PipelineRunner
+from bq_platform.lib.landing.producer.land import land_file
+from bq_platform.cli.runner import DAILY_JOB, HOURLY_JOB, PipelineRunner
 
 EPA = "epa.gov"
 AUG30, AUG31 = dt.date(1995, 8, 30), dt.date(1995, 8, 31)
@@ -86,7 +86,7 @@ def test_a_failed_batch_is_built_day_by_day(local_env, access_logs):
 
 def test_the_quiet_output_shows_the_build_while_it_runs(local_env, access_logs):
     """Issue 9's 16x build is minutes of Spark: the pass line comes as the pass starts, and
-    each step's line as the step finishes, not once the run returned (run_progress.py)."""
+    each step's line as the step finishes, not once the run returned (cli/progress.py)."""
     (path,) = (access_logs / EPA).glob("*.gz")
     land_file(local_env.store, EPA, path)
     seen: list[tuple[str, dg.DagsterRunStatus | None]] = []

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from bq_platform.lib import layout
-from bq_platform.lib import logformat as lf
-from bq_platform.lib.manifest import LandedManifest
-from bq_platform.lib.objectstore.base import crc32c
-from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.core import layout
+from bq_platform.lib.core import logformat as lf
+from bq_platform.lib.core.manifest import LandedManifest
+from bq_platform.lib.storage.base import crc32c
+from bq_platform.lib.storage.local import LocalObjectStore
 
 #: The visitor key of the build tests. Their slice (:mod:`bq_platform_tests.lib.built_slice`)
 #: has ~200 page visitors, so about one is sampled on average; this key's sample holds 4 of

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from bq_platform.lib.build import build_hours
-from bq_platform.lib.hour_manifests import pageview_arrow_schema
-from bq_platform.lib.manifest import HourManifest, LandedManifest
-from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.build.hourly import build_hours
+from bq_platform.lib.build.hour_manifests import pageview_arrow_schema
+from bq_platform.lib.core.manifest import HourManifest, LandedManifest
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import (
     EPA,
     H_EMPTY,

@@ -1,4 +1,4 @@
-"""A hand-written warehouse for the tests of the job state machine (:mod:`bq_platform.lib.jobs`).
+"""A hand-written warehouse for the tests of the job state machine (:mod:`bq_platform.lib.publish.idempotent_jobs`).
 
 :class:`FakeWarehouse` is the real :class:`~bq_platform.lib.warehouse.base.Warehouse` base over
 dicts: its rules, ensure cache and publish ledger run as in production, while jobs, tables and
@@ -10,9 +10,9 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bq_platform.lib.jobids import job_id, sha256_json
-from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
-from bq_platform.lib.quota import JobBudget
+from bq_platform.lib.core.job_ids import job_id, sha256_json
+from bq_platform.lib.publish.idempotent_jobs import JobOutcome, run_idempotent_job
+from bq_platform.lib.publish.quota import JobBudget
 from bq_platform.lib.warehouse.base import (
     CopyJob,
     Job,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bq_platform.lib import spark_jdk
-from bq_platform.lib.hours import parse_hour_label
-from bq_platform.lib.objectstore.local import LocalObjectStore
-from bq_platform.lib.spark import ensure_local_spark_env
+from bq_platform.lib.core.hours import parse_hour_label
+from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.build.spark import ensure_local_spark_env
 from bq_platform.lib.spark_cds import _land_training_logs
 from bq_platform.lib.spark_jdk import (
     INCUBATOR_VECTOR,

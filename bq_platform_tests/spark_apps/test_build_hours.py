@@ -12,13 +12,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from bq_platform.defs.hourly_build import installed_spark_submit
+from bq_platform.defs.pageviews.spark_build import installed_spark_submit
 from bq_platform.defs.partitions import hourly_partitions
-from bq_platform.lib import build_job, layout
-from bq_platform.lib.build import build_hours
-from bq_platform.lib.hours import hour_label
-from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.objectstore.local import LocalObjectStore
+from bq_platform.lib.build import application as build_job
+from bq_platform.lib.core import layout
+from bq_platform.lib.build.hourly import build_hours
+from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.spark_apps import build_hours as app
 from bq_platform_tests.lib.build_inputs import (
     EPA,

@@ -7,20 +7,20 @@ import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
 from bq_platform.defs.errors import fail_fast
-from bq_platform.defs.hourly_build import HourlyBuildResource
+from bq_platform.defs.pageviews.spark_build import HourlyBuildResource
 from bq_platform.defs.landing.assets import pageview_logs
 from bq_platform.defs.metadata import OWNERS, partition_results
 from bq_platform.defs.partitions import hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings
-from bq_platform.lib import quality
-from bq_platform.lib.accounting import accounting_problems
-from bq_platform.lib.hours import hour_label
-from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.manifest_reads import stage_bytes
-from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
-from bq_platform.lib.publish import KINDS
-from bq_platform.lib.reporting import COUNT_FIELDS, counts_markdown, totals
+from bq_platform.lib.quality import rejected_share as quality
+from bq_platform.lib.core.accounting import accounting_problems
+from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.core.manifest_reads import stage_bytes
+from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
+from bq_platform.lib.publish.protocol import KINDS
+from bq_platform.lib.core.reporting import COUNT_FIELDS, counts_markdown, totals
 
 ACCOUNTING_CHECK = "accounting_identity"
 REJECTED_SHARE_CHECK = "rejected_share"
@@ -169,7 +169,7 @@ def accounting_check(manifest: HourManifest) -> PartitionCheck:
 
 
 def rejected_share_check(manifest: HourManifest, max_share: float) -> PartitionCheck:
-    """The hour's rejected share per site (:mod:`bq_platform.lib.quality`) as a check result.
+    """The hour's rejected share per site (:mod:`bq_platform.lib.quality.rejected_share`) as a check result.
 
     Passes when every site is ``ok``; fails with WARN when the worst site is above 1%, with
     ERROR when one is above ``max_share``. Metadata: the worst rate, and per site above 1% its

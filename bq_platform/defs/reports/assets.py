@@ -12,9 +12,9 @@ from bq_platform.defs.metadata import OWNERS
 from bq_platform.defs.partitions import daily_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.defs.warehouse.assets import pageviews_audit
-from bq_platform.lib.completeness import hour_status, markdown_report, render_png
-from bq_platform.lib.hours import day_hours, hour_label
-from bq_platform.lib.manifest_reads import read_hour_manifests
+from bq_platform.lib.quality.completeness import hour_status, markdown_report, render_png
+from bq_platform.lib.core.hours import day_hours, hour_label
+from bq_platform.lib.core.manifest_reads import read_hour_manifests
 
 COMPLETENESS_CHECK = "all_hours_complete"
 REPORT_PREFIX = "reports/completeness"

@@ -23,17 +23,17 @@ from bq_platform.defs.resources import (
     WarehouseResource,
 )
 from bq_platform.defs.warehouse.stage import STAGE_KEYS
-from bq_platform.lib.accounting import audit_records
-from bq_platform.lib.hours import hour_label
-from bq_platform.lib.manifest_reads import read_hour_manifests
-from bq_platform.lib.pseudonymize import SAMPLE_MODULUS
-from bq_platform.lib.publish import (
+from bq_platform.lib.core.accounting import audit_records
+from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.core.manifest_reads import read_hour_manifests
+from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
+from bq_platform.lib.publish.protocol import (
     REJECTED_SHARE_PROBLEM,
     DayCompleteness,
     day_completeness,
     publish_days,
 )
-from bq_platform.lib.sampling_check import sample_ratio
+from bq_platform.lib.quality.sampling import sample_ratio
 
 DAY_CHECK = "day_equals_sum_of_hours"
 SAMPLE_CHECK = "sample_ratio"

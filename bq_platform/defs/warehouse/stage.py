@@ -16,11 +16,11 @@ from bq_platform.defs.resources import (
     PipelineSettings,
     WarehouseResource,
 )
-from bq_platform.lib.hours import hour_label
-from bq_platform.lib.manifest import HourManifest
-from bq_platform.lib.manifest_reads import read_hour_manifests, stage_bytes, stage_files
-from bq_platform.lib.objectstore.base import ObjectStore
-from bq_platform.lib.publish import StageResult, load_stage_hours
+from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.core.manifest_reads import read_hour_manifests, stage_bytes, stage_files
+from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.publish.protocol import StageResult, load_stage_hours
 
 STAGE_CHECK = "stage_matches_manifest"
 _STAGE_DOCS = {
@@ -125,7 +125,7 @@ def _stage_report(
     actions = [r.outcome.action for r in results]
     rows = sum(r.table_rows or 0 for r in results)
     # One line per asset: each context.log line is an event (the per-job lines go to
-    # bq_platform.lib.jobs's logger; adoptions and failures still come here).
+    # bq_platform.lib.publish.idempotent_jobs's logger; adoptions and failures still come here).
     context.log.info(
         "%s: %d hours, %d rows; jobs %d submitted, %d skipped, %d adopted; %.1f s",
         name,

@@ -23,7 +23,7 @@ class LoadJob:
     """Load Parquet files into a table (BigQuery ``jobs.insert`` with ``configuration.load``).
 
     Attributes:
-        job_id: deterministic ID (see :mod:`bq_platform.lib.jobids`).
+        job_id: deterministic ID (see :mod:`bq_platform.lib.core.job_ids`).
         destination: table name, optionally with a partition decorator ``$YYYYMMDD``.
         source_uris: Parquet files (``gs://`` URIs or local paths); at most 10,000.
         spec: the destination's table spec (explicit schema, never autodetect).

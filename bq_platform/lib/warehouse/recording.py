@@ -1,6 +1,6 @@
 """A BigQuery transport that records every write and sends none: what ``bq-platform plan`` uses.
 
-``bq-platform plan`` runs the production adapter (:class:`~bq_platform.lib.warehouse.bigquery.
+``bq-platform plan`` runs the production adapter (:class:`~bq_platform.lib.warehouse.bigquery.warehouse.
 BigQueryWarehouse`) itself, with its HTTP session replaced by :class:`RecordingSession`, so the
 requests it prints are exactly the ones a run would send: the REST resources the official
 client builds (``Table.to_api_repr()``, ``LoadJob``/``CopyJob`` configurations), never a

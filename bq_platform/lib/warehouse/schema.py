@@ -1,7 +1,7 @@
 """Table specifications shared by every warehouse: names, columns, partitioning, clustering.
 
 Types are BigQuery standard SQL type names; the DuckDB warehouse maps them
-(:data:`bq_platform.lib.warehouse.duckdb.DUCKDB_TYPES`). Schemas are explicit, never
+(:data:`bq_platform.lib.warehouse.duckdb.warehouse.DUCKDB_TYPES`). Schemas are explicit, never
 autodetected. A spec's :meth:`TableSpec.fingerprint` keys the "ensure table" cache, so a table's
 metadata is read or written once per process and schema, not once per partition (BigQuery
 allows about 5 metadata updates per 10 s per table:
@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from bq_platform.lib.hours import hour_id
+from bq_platform.lib.core.hours import hour_id
 
 PAGEVIEWS_TABLE = "pageviews"
 PAGEVIEWS_SAMPLE_TABLE = "pageviews_sample"

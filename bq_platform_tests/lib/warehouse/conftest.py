@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 from bq_platform_tests import emulators
 from bq_platform_tests.lib.warehouse.contract_backends import (
     Backend,

@@ -1,9 +1,9 @@
 """The two backends the warehouse contract suite runs on, behind one small test interface.
 
-- :class:`DuckDBBackend`: :class:`~bq_platform.lib.warehouse.duckdb.DuckDBWarehouse` on a
+- :class:`DuckDBBackend`: :class:`~bq_platform.lib.warehouse.duckdb.warehouse.DuckDBWarehouse` on a
   temporary file; Parquet files are local paths.
 - :class:`BigQueryBackend`: the production
-  :class:`~bq_platform.lib.warehouse.bigquery.BigQueryWarehouse` on bqemulator, through a
+  :class:`~bq_platform.lib.warehouse.bigquery.warehouse.BigQueryWarehouse` on bqemulator, through a
   :class:`~bq_platform_tests.http_recording.RecordingSession` answered by
   :class:`~bq_platform_tests.bigquery_shim.BigQueryShim` where the emulator lacks a BigQuery
   behaviour; Parquet files are uploaded to gcp-storage-emulator with google-cloud-storage and
@@ -24,11 +24,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bq_platform.lib.jobids import job_id, job_labels, sha256_json
-from bq_platform.lib.jobs import JobOutcome, run_idempotent_job
+from bq_platform.lib.core.job_ids import job_id, job_labels, sha256_json
+from bq_platform.lib.publish.idempotent_jobs import JobOutcome, run_idempotent_job
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, Warehouse
-from bq_platform.lib.warehouse.bigquery import BigQueryWarehouse
-from bq_platform.lib.warehouse.duckdb import JOBS_TABLE, TABLES_TABLE, DuckDBWarehouse
+from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
+from bq_platform.lib.warehouse.duckdb.warehouse import JOBS_TABLE, TABLES_TABLE, DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS, TableSpec, pageviews_spec, stage_spec
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator
@@ -258,7 +258,7 @@ def publish(
     """One WRITE_TRUNCATE copy of the hours' stage tables into ``pageviews$YYYYMMDD``.
 
     Each source names its partition of ``day`` (``stage$YYYYMMDD``, as
-    :func:`bq_platform.lib.publish.day_copy_plan` does) unless ``decorate`` is False.
+    :func:`bq_platform.lib.publish.protocol.day_copy_plan` does) unless ``decorate`` is False.
     """
     spec = pageviews_spec(require_partition_filter=False)  # GAP-RPF: the emulator drops it
     warehouse.ensure_table(spec)

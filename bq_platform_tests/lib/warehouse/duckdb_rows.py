@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from bq_platform.lib.warehouse.base import (
     LoadJob,
 )
-from bq_platform.lib.warehouse.duckdb import DuckDBWarehouse
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import (
     PAGEVIEW_COLUMNS,
     TableSpec,

@@ -1,0 +1,135 @@
+"""The quiet output's progress lines of one in-process Dagster run, printed while it runs.
+
+``bq-platform run`` executes its runs in-process with Dagster's console log off (one line per
+step instead of every event). Printing those lines only once a run returned left the CLI
+silent for the whole build: ~30 s at the bench's 1x, minutes at 16x. :class:`RunProgress`
+reads the run's new event-log records from a thread every :data:`POLL_SECONDS` while the run
+executes (what the Dagster UI does from another process while runs write: a read is one short
+query, and SQLite makes a writer that meets it wait, up to its busy timeout of seconds, rather
+than fail) and prints:
+
+- the build's pass lines (:data:`bq_platform.lib.core.reporting.PASS_PROGRESS`), as Spark starts each
+  pass;
+- one line per asset when its first materialization is stored (a range step stores one per
+  partition, each carrying the step's totals), with the counts of :data:`PROGRESS_FIELDS`.
+
+Progress is best effort: a failed read skips that poll. After the run, :meth:`RunProgress.done`
+reads what is left and prints the step lines no poll printed from the run's own events, so each
+asset's line is printed once whatever the polls saw.
+"""
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import dagster as dg
+
+from bq_platform.lib.core.reporting import PASS_PROGRESS, STEP_TOTALS
+
+#: Seconds between two reads of the run's new records (each a small query on the run's shard,
+#: a few ms of the driver's Python while Spark holds both cores: a second is fine for people).
+POLL_SECONDS = 1.0
+#: Metadata shown in a step's line, in this order, when the step has it.
+PROGRESS_FIELDS = (
+    ("days", "days"),
+    ("hours", "hours"),
+    ("source_lines", "source lines"),
+    ("pageviews", "pageviews"),
+    ("rejected", "rejected"),
+    ("out_of_window", "out of window"),
+    ("duplicates", "duplicates"),
+    ("rows", "rows"),
+    ("jobs_submitted", "jobs submitted"),
+    ("jobs_skipped", "skipped"),
+    ("job_action", "job"),
+    ("seconds", "s"),
+)
+
+
+def step_line(metadata: Mapping[str, Any]) -> str:
+    """``'24 hours, 33,996 source lines, ...'`` from a materialization's metadata values (an
+    hourly step's :data:`~bq_platform.lib.core.reporting.STEP_TOTALS` when it has them)."""
+    metadata = metadata.get(STEP_TOTALS) or metadata
+    parts = []
+    for key, label in PROGRESS_FIELDS:
+        value = metadata.get(key)
+        if value is None:
+            continue
+        if key == "job_action":
+            parts.append(f"job {value}")
+        elif key == "seconds":
+            parts.append(f"{value} s")
+        elif isinstance(value, int):
+            parts.append(f"{value:,} {label}")
+    return ", ".join(parts)
+
+
+@dataclasses.dataclass
+class RunProgress:
+    """Prints the progress of the run ``run_id`` as ``'<label>:   <line>'`` through ``echo``.
+
+    Use :meth:`start` before the run is launched (with that ``run_id``) and :meth:`done` with
+    its result after it returned.
+    """
+
+    instance: dg.DagsterInstance
+    run_id: str
+    label: str
+    echo: Callable[[str], Any]
+    poll_seconds: float = POLL_SECONDS
+    _shown: set[dg.AssetKey] = dataclasses.field(default_factory=set, init=False, repr=False)
+    _cursor: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _stop: threading.Event = dataclasses.field(
+        default_factory=threading.Event, init=False, repr=False
+    )
+    _thread: threading.Thread | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def start(self) -> "RunProgress":
+        """Start polling on a daemon thread; returns self."""
+        self._thread = threading.Thread(target=self._poll, name="run-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def done(self, result: Any) -> None:
+        """Stop polling, print what the polls have not, then the step lines of ``result``'s
+        materializations that are still missing (from the run's own events, not the store)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._read()
+        for event in result.all_events:
+            if event.is_step_materialization:
+                self._materialized(event.step_materialization_data.materialization)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            self._read()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                page = self.instance.get_records_for_run(self.run_id, cursor=self._cursor)
+                self._cursor = page.cursor
+                self._show(record.event_log_entry for record in page.records)
+                if not page.has_more:
+                    return
+        except Exception:  # noqa: BLE001 - progress is best effort; done() prints the steps
+            return
+
+    def _show(self, entries: Iterable[Any]) -> None:
+        for entry in entries:
+            event = entry.dagster_event
+            if event is None:
+                if entry.step_key and PASS_PROGRESS.match(entry.user_message or ""):
+                    self.echo(f"{self.label}:   {entry.user_message}")
+            elif event.is_step_materialization:
+                self._materialized(event.step_materialization_data.materialization)
+
+    def _materialized(self, materialization: Any) -> None:
+        if materialization.asset_key in self._shown:
+            return  # one line per asset: a range step's totals are on each partition
+        self._shown.add(materialization.asset_key)
+        values = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+        name = materialization.asset_key.to_user_string()
+        self.echo(f"{self.label}:   {name}: {step_line(values)}")

@@ -1,0 +1,379 @@
+"""Runs the pipeline's Dagster jobs in-process for ``bq-platform run`` and prints summaries.
+
+The due days are built in batches of consecutive days (:func:`~bq_platform.lib.planning.
+batches`, at most :data:`~bq_platform.lib.planning.MAX_BATCH_DAYS`): one run of the hourly job
+over the batch's hours (one Spark pass), then one daily publish run per day, all recorded in the
+instance (``$DAGSTER_HOME``). A batch whose build fails is built again day by day. (A backfill
+from the UI runs 24 hours per run, the assets' backfill policy.)
+A day whose publish records already name its current content is skipped (see
+:mod:`bq_platform.lib.planning`), so a second ``bq-platform run`` changes nothing.
+
+Output: by default one line per step and day with its counts, each failure once (its message,
+no traceback), then the summary; Dagster's per-event console log is off (its events stay in
+the instance and the UI). ``verbose`` turns the console log back on, with tracebacks.
+"""
+
+import dataclasses
+import datetime as dt
+import functools
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from bq_platform.cli.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
+from bq_platform.lib.core.hours import day_hours, hour_label, partition_day
+from bq_platform.lib.core.manifest import ManifestError
+from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.planning import batches, plan_day, scan_window
+from bq_platform.lib.core.reporting import summary_table
+from bq_platform.lib.build.retention import clean_staging
+from bq_platform.lib.warehouse.base import Warehouse
+from bq_platform.cli.progress import RunProgress
+
+if TYPE_CHECKING:
+    from bq_platform.defs.pageviews.spark_build import SparkResource
+
+HOURLY_JOB = "pageviews_hourly_job"
+DAILY_JOB = "pageviews_daily_job"
+PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
+# -v: the console shows INFO and up; DEBUG events (every step output) stay in the instance/UI.
+CONSOLE_LOGGING = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# Default: no per-event console lines; the runner prints one line per step (issue 7).
+QUIET_LOGGING = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+@dataclasses.dataclass
+class PipelineRunner:
+    """Plans and executes runs; ``echo`` prints user-facing lines (click.echo in the CLI)."""
+
+    load_definitions: Callable[[], dg.Definitions]
+    """Loads the code location's definitions (in the CLI
+    ``bq_platform.definitions.defs_without_component_catalog``: ~0.4 s of imports and Dagster's
+    defs-folder discovery); called once, when the first run is launched,
+    so the JVM's start overlaps it and a ``run`` with nothing to do skips it (issue 9)."""
+    store: ObjectStore
+    warehouse: Warehouse
+    visitor_key: str
+    echo: Callable[[str], Any] = print
+    instance: dg.DagsterInstance | None = None
+    """Dagster instance the runs are recorded in; default ``DagsterInstance.get()``."""
+    verbose: bool = False
+    """Dagster's console log (INFO) and tracebacks, instead of one line per step."""
+    spark: "SparkResource | None" = None
+    """The environment's in-process Spark resource: its session is started in the background
+    once a build is due (:meth:`SparkResource.start_in_background`); None: the run starts it,
+    or the build is launched out of process (:mod:`bq_platform.defs.pageviews.spark_build`)."""
+    release_spark: bool = False
+    """Stop the Spark session once the last batch is built, beside the publish runs
+    (:func:`~bq_platform.defs.pageviews.spark_build.stop_session_in_background`); ``bq-platform``'s
+    console script sets it. Off, the session lives as long as the process (a test process
+    shares one session between tests)."""
+    lookback_days: int = 0
+    """Plan only the UTC days from this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``,
+    :func:`~bq_platform.lib.planning.lookback_start`); 0: every landed day."""
+    processed_days: list[dt.date] = dataclasses.field(default_factory=list)
+    landed_days: list[dt.date] = dataclasses.field(default_factory=list)
+    """The landed days :meth:`run` planned (a scan of every landed manifest, ~1 s at 3,600
+    files), kept for the summary of a run that had nothing to do."""
+    check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
+        default_factory=dict
+    )
+    _spark_stop: threading.Thread | None = dataclasses.field(default=None, init=False, repr=False)
+    """The thread stopping the Spark session, once the last build is done."""
+
+    @classmethod
+    def from_environment(
+        cls,
+        env: str,
+        echo: Callable[[str], Any] = print,
+        instance: dg.DagsterInstance | None = None,
+        verbose: bool = False,
+        release_spark: bool = False,
+    ) -> "PipelineRunner":
+        """Build from the code location's definitions and the resources of ``env``."""
+        from bq_platform.definitions import defs_without_component_catalog
+        from bq_platform.defs.pageviews.spark_build import SparkResource
+        from bq_platform.defs.resources import build_resources, resolved
+
+        resources = {key: resolved(value) for key, value in build_resources(env).items()}
+        settings = resources["settings"]
+        return cls(
+            load_definitions=defs_without_component_catalog,
+            store=resources["object_store"].get_store(),
+            warehouse=resources["warehouse"].get_warehouse(),
+            visitor_key=settings.visitor_key,
+            lookback_days=settings.lookback_days,
+            echo=echo,
+            instance=instance,
+            verbose=verbose,
+            release_spark=release_spark,
+            spark=spark if isinstance(spark := resources["spark"], SparkResource) else None,
+        )
+
+    @functools.cached_property
+    def definitions(self) -> dg.Definitions:
+        """The definitions :attr:`load_definitions` gives, loaded on first use."""
+        return self.load_definitions()
+
+    def all_days(self) -> list[dt.date]:
+        """The landed days it plans: all, or those of the lookback window."""
+        return scan_window(self.store, self.lookback_days).days()
+
+    def run(
+        self,
+        hours: Sequence[dt.datetime] | None = None,
+        allow_incomplete: bool = False,
+        force: bool = False,
+        allow_rejected: bool = False,
+    ) -> bool:
+        """Process ``hours`` (grouped by day), or every due day; True if every run succeeded.
+
+        ``allow_incomplete`` / ``allow_rejected``: the publish runs' ``allow_incomplete_hours``
+        and ``allow_rejected_share`` config (the operator's decision, for this run only).
+        :meth:`plan`, then :meth:`execute`.
+        """
+        return self.execute(self.plan(hours, force), allow_incomplete, allow_rejected)
+
+    def plan(
+        self, hours: Sequence[dt.datetime] | None = None, force: bool = False
+    ) -> dict[dt.date, list[dt.datetime]]:
+        """The hours to build, by UTC day: ``hours``, or those of every due landed day (each
+        day's verdict echoed; ``force``: every landed day). Reads the landing zone and the
+        warehouse only, then releases the warehouse file; when a build is due, it starts the
+        Spark session in the background (the JVM's ~4 s start then overlaps the Dagster
+        instance, the definitions and the run's creation: ``bq-platform run`` plans before it
+        opens the instance, issue 9).
+        """
+        if hours is None:
+            index = scan_window(self.store, self.lookback_days)
+            if index.since is not None:
+                self.echo(
+                    f"planning the landed days from {index.since} on (BQ_PLATFORM_LOOKBACK_DAYS)"
+                )
+            days = self.landed_days = index.days()
+            if not days:
+                self.echo(index.empty_reason())
+            plans = [plan_day(d, index, self.store, self.warehouse, self.visitor_key) for d in days]
+            for plan in plans:
+                verdict = "due" if plan.due else ("forced" if force else "skip")
+                self.echo(f"{plan.day}: {verdict} ({plan.reason})")
+            todo = {p.day: day_hours(p.day) for p in plans if p.due or force}
+        else:
+            todo = {}
+            for hour in hours:
+                todo.setdefault(hour.date(), []).append(hour)
+        self.warehouse.close()  # release the file: the runs open their own connections
+        if todo and self.spark is not None:
+            self.spark.start_in_background()  # the JVM starts while Dagster creates the run
+        return todo
+
+    def execute(
+        self,
+        todo: Mapping[dt.date, Sequence[dt.datetime]],
+        allow_incomplete: bool = False,
+        allow_rejected: bool = False,
+    ) -> bool:
+        """Build and publish what :meth:`plan` gave, in batches of consecutive days (one hourly
+        run each, then one daily run over the batch's days, or one per day if that run
+        fails); True if every run succeeded (nothing to do: True)."""
+        ok = True
+        groups = batches(todo)
+        for number, batch in enumerate(groups, 1):
+            ok &= self._run_batch(batch, allow_incomplete, allow_rejected, number == len(groups))
+        if self._spark_stop is not None:  # long done: it ran beside the publish
+            self._spark_stop.join(timeout=60)
+        return ok
+
+    def _run_batch(
+        self,
+        batch: dict[dt.date, list[dt.datetime]],
+        allow_incomplete: bool,
+        allow_rejected: bool,
+        last: bool = False,
+    ) -> bool:
+        """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish its
+        days in one daily run; a failed multi-day build or publish is redone day by day. True
+        if every run succeeded. ``last``: no batch follows, so once its build succeeds no
+        build is left and the Spark session is released (:attr:`release_spark`)."""
+        days = sorted(batch)
+        label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
+        hours = [hour for day in days for hour in batch[day]]
+        hourly = self._build(label, hours)
+        if hourly.success and last and self.release_spark and self.spark:
+            from bq_platform.defs.pageviews.spark_build import stop_session_in_background
+
+            self._spark_stop = stop_session_in_background()
+        if not hourly.success:
+            failure = f"{label}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}"
+            if len(days) == 1:
+                self._record_checks(hourly, days[0])
+                self.echo(failure)
+                self.processed_days.append(days[0])
+                return False
+            self.echo(f"{failure}; building day by day, so a bad hour holds only its own day")
+            results = [
+                self._run_batch(
+                    {d: batch[d]},
+                    allow_incomplete,
+                    allow_rejected,
+                    last and d == days[-1],
+                )
+                for d in days
+            ]
+            return all(results)
+        self._record_checks(hourly, days[0] if len(days) == 1 else None)
+        self.processed_days.extend(days)
+        if len(days) > 1 and self._publish(days, hourly.run_id, allow_incomplete, allow_rejected):
+            return True
+        if len(days) > 1:
+            self.echo(f"{label}: publishing day by day, so a bad day holds only itself")
+        results = [
+            self._publish([day], hourly.run_id, allow_incomplete, allow_rejected) for day in days
+        ]
+        return all(results)
+
+    def _build(self, label: str, hours: Sequence[dt.datetime]) -> Any:
+        """The hourly job over ``hours`` (consecutive), in process; its result."""
+        first, last = hour_label(hours[0]), hour_label(hours[-1])
+        self.echo(f"{label}: building hours {first} .. {last}")
+        instance = self.instance or dg.DagsterInstance.get()
+        progress = self._progress(instance, label)
+        hourly = self.definitions.resolve_job_def(HOURLY_JOB).execute_in_process(
+            instance=instance,
+            run_id=progress.run_id,
+            tags={
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+                **self._tags(),
+            },
+            run_config=self._logging(),
+            raise_on_error=False,
+        )
+        self._echo_steps(progress, hourly)
+        return hourly
+
+    def _publish(
+        self,
+        days: Sequence[dt.date],
+        hourly_run_id: str,
+        allow_incomplete: bool,
+        allow_rejected: bool,
+    ) -> bool:
+        """The daily job over ``days`` (consecutive; one run, a partition range if several:
+        ``bq_platform/defs/daily.py``), in process; prints its steps and each day's verdict.
+        A range's failure is reported in one line (the caller then publishes day by day)."""
+        label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
+        self.echo(f"{label}: publishing")
+        config = {
+            "allow_incomplete_hours": allow_incomplete,
+            "allow_rejected_share": allow_rejected,
+        }
+        tags = self._tags()
+        if len(days) > 1:  # one day: partition_key
+            tags["dagster/asset_partition_range_start"] = days[0].isoformat()
+            tags["dagster/asset_partition_range_end"] = days[-1].isoformat()
+        instance = self.instance or dg.DagsterInstance.get()
+        progress = self._progress(instance, label)
+        daily = self.definitions.resolve_job_def(DAILY_JOB).execute_in_process(
+            instance=instance,
+            run_id=progress.run_id,
+            partition_key=days[0].isoformat() if len(days) == 1 else None,
+            run_config={
+                **self._logging(),
+                "ops": {op: {"config": config} for op in PUBLISH_OPS},
+            },
+            tags=tags,
+            raise_on_error=False,
+        )
+        self._echo_steps(progress, daily)
+        if not daily.success:
+            self.echo(f"{label}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
+            if len(days) == 1:
+                self._record_checks(daily, days[0])
+            return False
+        self._record_checks(daily, days[0] if len(days) == 1 else None)
+        for day in days:
+            checks = self.check_results.get(day, [])
+            failed = [c for c in checks if not c[2]]
+            self.echo(
+                f"{day}: done (runs {hourly_run_id[:8]}, {daily.run_id[:8]}); "
+                f"{len(checks) - len(failed)}/{len(checks)} checks passed"
+            )
+        return True
+
+    def clean_attempts(self) -> None:
+        """Delete superseded build attempts (:func:`bq_platform.lib.build.retention.clean_staging`:
+        the builds' records every time, every attempt folder once a week).
+
+        Never fails the command: an unreadable manifest or a storage error leaves the attempts
+        for the next run, with one line saying why.
+        """
+        try:
+            report = clean_staging(self.store)
+        except (ManifestError, OSError) as exc:
+            self.echo(f"cleanup of old attempts skipped: {exc}")
+            return
+        if report.deleted_units or report.bad_records:
+            self.echo(f"cleanup: {report.describe()}")
+
+    def _tags(self) -> dict[str, str]:
+        return {TRIGGER_TAG: CLI_TRIGGER, PID_TAG: str(os.getpid())}
+
+    def _logging(self) -> dict[str, Any]:
+        return CONSOLE_LOGGING if self.verbose else QUIET_LOGGING
+
+    def _progress(self, instance: dg.DagsterInstance, label: str) -> RunProgress:
+        """The progress printer of the next run (a new run ID), started unless ``verbose``
+        (Dagster's console log then shows everything)."""
+        progress = RunProgress(instance, str(uuid.uuid4()), label, self.echo)
+        return progress if self.verbose else progress.start()
+
+    def _echo_steps(self, progress: RunProgress, result: Any) -> None:
+        """One line per materialized asset of ``result`` (not per partition), with its counts:
+        the ones :class:`RunProgress` has not printed while the run ran."""
+        if not self.verbose:
+            progress.done(result)
+
+    def _record_checks(self, result: Any, default: dt.date | None = None) -> None:
+        """Keep the run's check results per UTC day of their partition (``check_results``);
+        a result without a partition counts for ``default`` (if given)."""
+        for evaluation in result.get_asset_check_evaluations():
+            day = partition_day(evaluation.partition) or default
+            if day is None:
+                continue
+            self.check_results.setdefault(day, []).append(
+                (evaluation.asset_key.to_user_string(), evaluation.check_name, evaluation.passed)
+            )
+
+    def _failure(self, result: Any) -> str:
+        """The first step failure's message, once; with ``verbose``, its traceback too."""
+        for event in result.all_events:
+            if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+                error = event.step_failure_data.error
+                if self.verbose:
+                    return f"{event.step_key}: {error.to_string()}"
+                user = event.step_failure_data.user_failure_data
+                if user is not None and user.description:
+                    message = user.description  # a dg.Failure: the message our code wrote
+                else:  # another exception, wrapped by Dagster: the original's "Type: message"
+                    message = (error.cause or error).message
+                return f"{event.step_key}: {message.strip()}"
+        return "see the run's logs (bq-platform -v run, or the Dagster UI)"
+
+    def print_summary(self, days: Iterable[dt.date]) -> None:
+        """Per day and site: source lines, pageviews, non-page hits, rejected, duplicates,
+        out of window, balanced hours, and the check results of this invocation's runs."""
+        days = sorted(set(days))
+        if not days:
+            return
+        rows = {}
+        for day in days:
+            hours = day_hours(day)
+            rows[day] = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+        self.echo("")
+        for line in summary_table(rows, self.check_results):
+            self.echo(line)

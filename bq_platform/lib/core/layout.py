@@ -1,0 +1,186 @@
+"""Where every piece of data lives inside the object store (local directory or GCS bucket).
+
+One module owns the key layout so that the lander, the Spark build, the sensors and the
+production adapters agree on it. Keys are relative, ``/``-separated, and never start with ``/``.
+
+::
+
+    landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.log.gz            landed file
+    landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.manifest.json     written last
+    landing/_registry/site=<site>/<source, URL-quoted>.json     what was landed of a source
+    staging/pageviews/attempt=<attempt_id>/full/hour=<YYYY-MM-DDTHH>/part-*.parquet   one attempt
+    staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
+    deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
+    staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
+    staging/pageviews/_ATTEMPTS_UNNAMED.json     the full cleanup pass: sightings, settled attempts
+
+The hour is the UTC hour, formatted ``YYYY-MM-DDTHH`` (:func:`bq_platform.lib.core.hours.hour_label`,
+re-exported here; the same label is the Dagster hourly partition key).
+"""
+
+import datetime as dt
+import re
+import urllib.parse
+
+from bq_platform.lib.core.hours import hour_label, parse_hour_label
+
+LANDING_PREFIX = "landing/pageviews"
+REGISTRY_PREFIX = "landing/_registry"
+STAGING_PREFIX = "staging/pageviews"
+DEADLETTER_PREFIX = "deadletter/pageviews"
+
+LANDED_DATA_SUFFIX = ".log.gz"
+LANDED_MANIFEST_SUFFIX = ".manifest.json"
+HOUR_MANIFEST_NAME = "_MANIFEST.json"
+
+_SITE_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{0,99}$")
+
+
+def validate_site(site: str) -> str:
+    """Return ``site`` unchanged if it is a valid site name (lowercase host-like, <= 100 chars).
+
+    Raises:
+        ValueError: if the name has characters that cannot appear in an object key or a
+            warehouse value unescaped (``/``, ``=``, spaces, upper case).
+    """
+    if not _SITE_RE.match(site):
+        raise ValueError(
+            f"invalid site name {site!r}: use lowercase letters, digits, '.', '-' or '_' "
+            "(for example 'epa.gov')"
+        )
+    return site
+
+
+def landing_hour_prefix(site: str, hour: dt.datetime) -> str:
+    """Folder of one site's landed files for one UTC hour."""
+    return f"{LANDING_PREFIX}/site={validate_site(site)}/hour={hour_label(hour)}"
+
+
+def landed_data_key(site: str, hour: dt.datetime, sha256: str) -> str:
+    """Key of a landed gzip file; named by its content checksum, so re-landing is idempotent.
+
+    The name is the checksum of the content first landed there: when a growing log's last,
+    unterminated line grows, the lander rewrites the object that held it in place (see
+    :mod:`bq_platform.lib.landing.producer.land`), so only the manifest's ``sha256`` is authoritative.
+    """
+    return f"{landing_hour_prefix(site, hour)}/{sha256[:32]}{LANDED_DATA_SUFFIX}"
+
+
+def landed_manifest_key(data_key: str) -> str:
+    """Key of the manifest that belongs to the landed file ``data_key``."""
+    if not data_key.endswith(LANDED_DATA_SUFFIX):
+        raise ValueError(f"not a landed data key: {data_key!r}")
+    return data_key[: -len(LANDED_DATA_SUFFIX)] + LANDED_MANIFEST_SUFFIX
+
+
+_LANDED_MANIFEST_RE = re.compile(
+    r"^"
+    + re.escape(LANDING_PREFIX)
+    + r"/site=(?P<site>[^/]+)/hour=(?P<hour>[^/]+)/[^/]+"
+    + re.escape(LANDED_MANIFEST_SUFFIX)
+    + r"$"
+)
+
+
+def parse_landed_manifest_key(key: str) -> tuple[str, dt.datetime] | None:
+    """Return ``(site, hour)`` for a landed-manifest key, or None for any other key."""
+    match = _LANDED_MANIFEST_RE.match(key)
+    if not match:
+        return None
+    try:
+        return match["site"], parse_hour_label(match["hour"])
+    except ValueError:
+        return None
+
+
+_LANDED_KEY_RE = re.compile(
+    r"^"
+    + re.escape(LANDING_PREFIX)
+    + r"/site=(?P<site>[^/]+)/hour=(?P<hour>[^/]+)/(?P<name>[^/]+)$"
+)
+
+
+def parse_landed_key(key: str) -> tuple[str, dt.datetime, str] | None:
+    """``(site, hour, file name)`` of any object directly in a landing hour folder, else None."""
+    match = _LANDED_KEY_RE.match(key)
+    if not match:
+        return None
+    try:
+        return match["site"], parse_hour_label(match["hour"]), match["name"]
+    except ValueError:
+        return None
+
+
+def is_landed_manifest_name(name: str) -> bool:
+    """True for the file name of a landed manifest (``*.manifest.json``)."""
+    return name.endswith(LANDED_MANIFEST_SUFFIX)
+
+
+def landing_registry_key(site: str, source: str) -> str:
+    """Key of the landing registry entry of one source file of a site.
+
+    Raises:
+        ValueError: if the site is invalid or the source name is empty, ``.`` or ``..``.
+    """
+    if source in ("", ".", ".."):
+        raise ValueError(f"invalid source name {source!r}")
+    return (
+        f"{REGISTRY_PREFIX}/site={validate_site(site)}/{urllib.parse.quote(source, safe='')}.json"
+    )
+
+
+def attempt_prefix(attempt_id: str) -> str:
+    """Prefix under which one build attempt writes all its Parquet files."""
+    if not re.match(r"^[A-Za-z0-9_\-]+$", attempt_id):
+        raise ValueError(f"attempt id must be [A-Za-z0-9_-]+, got {attempt_id!r}")
+    return f"{STAGING_PREFIX}/attempt={attempt_id}"
+
+
+def deadletter_attempt_prefix(attempt_id: str) -> str:
+    """Prefix under which one build attempt writes its dead-letter Parquet files."""
+    attempt_prefix(attempt_id)  # validates
+    return f"{DEADLETTER_PREFIX}/attempt={attempt_id}"
+
+
+def hour_manifest_key(hour: dt.datetime) -> str:
+    """Key of the manifest that names the Parquet files that count for one UTC hour."""
+    return f"{STAGING_PREFIX}/hour={hour_label(hour)}/{HOUR_MANIFEST_NAME}"
+
+
+#: Folder-name prefixes of one attempt and of one hour inside the staging and dead-letter trees.
+ATTEMPT_FOLDER = "attempt="
+HOUR_FOLDER = "hour="
+#: Bookkeeping of :mod:`bq_platform.lib.build.retention`: first time each unnamed attempt was seen.
+ATTEMPT_REGISTRY_KEY = f"{STAGING_PREFIX}/_ATTEMPTS_UNNAMED.json"
+
+
+def attempt_hour_prefixes(attempt_id: str, hour: dt.datetime) -> tuple[str, str, str]:
+    """The three folders one attempt wrote for one UTC hour: full, sample and dead letters."""
+    label = hour_label(hour)
+    return (
+        f"{attempt_prefix(attempt_id)}/full/{HOUR_FOLDER}{label}",
+        f"{attempt_prefix(attempt_id)}/sample/{HOUR_FOLDER}{label}",
+        f"{deadletter_attempt_prefix(attempt_id)}/{HOUR_FOLDER}{label}",
+    )
+
+
+def parse_attempt_folder(name: str) -> str | None:
+    """``'attempt=<id>'`` -> ``'<id>'``; None for any other folder name or an invalid id."""
+    if not name.startswith(ATTEMPT_FOLDER):
+        return None
+    attempt_id = name[len(ATTEMPT_FOLDER) :]
+    try:
+        attempt_prefix(attempt_id)
+    except ValueError:
+        return None
+    return attempt_id
+
+
+def parse_hour_folder(name: str) -> dt.datetime | None:
+    """``'hour=YYYY-MM-DDTHH'`` -> that UTC hour; None for any other folder name."""
+    if not name.startswith(HOUR_FOLDER):
+        return None
+    try:
+        return parse_hour_label(name[len(HOUR_FOLDER) :])
+    except ValueError:
+        return None

@@ -1,0 +1,100 @@
+"""Summaries of accounting counts for logs, Dagster metadata and the CLI."""
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from bq_platform.lib.core.accounting import SiteHourCounts, row_balanced
+
+COUNT_FIELDS = (
+    "source_lines",
+    "pageviews",
+    "non_page_hits",
+    "rejected",
+    "duplicates",
+    "out_of_window",
+    "sample_rows",
+)
+
+
+STEP_TOTALS = "step_totals"
+"""Materialization metadata key of a range step's totals (JSON: hours, rows, jobs, seconds...),
+the same on each hour's materialization; the hour's own numbers are its other keys
+(``bq_platform.defs.metadata.partition_results``)."""
+
+
+PASS_PROGRESS = re.compile(r"^pass \d+/\d+: ")
+"""The log line each Spark pass of the build starts with (``pass 2/9: hours ...``,
+``bq_platform.lib.build.hourly``): ``bq-platform run`` prints these as they come
+(``bq_platform.cli.progress``), the only progress of a long build in its quiet output."""
+
+
+def totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:
+    """Sum of each count field over ``counts`` (line counts)."""
+    out = dict.fromkeys(COUNT_FIELDS, 0)
+    for c in counts:
+        for field in COUNT_FIELDS:
+            out[field] += getattr(c, field)
+    return out
+
+
+def counts_markdown(counts: Iterable[SiteHourCounts], max_rows: int = 200) -> str:
+    """A Markdown table of non-empty site-hours (the Dagster UI renders it)."""
+    rows = [c for c in counts if c.source_lines or c.accounted]
+    header = "| site | hour (UTC) | " + " | ".join(COUNT_FIELDS) + " | balanced |"
+    lines = [header, "|" + "---|" * (len(COUNT_FIELDS) + 3)]
+    for c in rows[:max_rows]:
+        values = " | ".join(str(getattr(c, f)) for f in COUNT_FIELDS)
+        lines.append(
+            f"| {c.site} | {c.hour:%Y-%m-%dT%H} | {values} | {'yes' if c.balanced else '**NO**'} |"
+        )
+    if len(rows) > max_rows:
+        lines.append(f"\n{len(rows) - max_rows} more site-hours not shown")
+    if not rows:
+        lines.append("| (no landed data in these hours) |" + " |" * (len(COUNT_FIELDS) + 2))
+    return "\n".join(lines)
+
+
+def summary_table(
+    rows_by_day: Mapping[dt.date, Sequence[Mapping[str, Any]]],
+    checks_by_day: Mapping[dt.date, Sequence[tuple[str, str, bool]]],
+) -> list[str]:
+    """``bq-platform run``'s closing table: per UTC day and site, source lines, pageviews,
+    non-page hits, rejected, duplicates, out of window, sample rows (all lines or rows) and
+    balanced hours, then one line per check (asset, check name, passed) of that day, however
+    many partitions it ran on.
+
+    ``rows_by_day``: the ``pageviews_audit`` rows of each day (one per site and hour, with
+    :data:`COUNT_FIELDS`), in the order the days are shown. The site column is as wide as the
+    longest site name (at least 16), so every number stays under its heading.
+    """
+    by_day: dict[dt.date, dict[str, list[Mapping[str, Any]]]] = {}
+    for day, rows in rows_by_day.items():
+        by_site = by_day[day] = {}
+        for row in rows:
+            by_site.setdefault(row["site"], []).append(row)
+    width = max([16, *(len(site) for by_site in by_day.values() for site in by_site)])
+    header = (
+        f"{'day':<10} {'site':<{width}} {'source':>8} {'pages':>8} {'non-page':>8} "
+        f"{'rejected':>8} {'dupes':>6} {'out-win':>7} {'sample':>6} {'hours ok':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for day, by_site in by_day.items():
+        for site, site_rows in sorted(by_site.items()):
+            s = {k: sum(r[k] for r in site_rows) for k in COUNT_FIELDS}
+            ok = sum(row_balanced(r) for r in site_rows)
+            lines.append(
+                f"{day!s:<10} {site:<{width}} {s['source_lines']:>8} {s['pageviews']:>8} "
+                f"{s['non_page_hits']:>8} {s['rejected']:>8} {s['duplicates']:>6} "
+                f"{s['out_of_window']:>7} {s['sample_rows']:>6} {ok:>4}/{len(site_rows):<4}"
+            )
+        outcomes: dict[tuple[str, str], list[bool]] = {}
+        for asset, check, passed in checks_by_day.get(day, []):
+            outcomes.setdefault((asset, check), []).append(passed)
+        for (asset, check), results in outcomes.items():
+            failed = results.count(False)
+            verdict = f"FAILED ({failed} of {len(results)})" if failed else "passed"
+            times = f" x{len(results)}" if len(results) > 1 and not failed else ""
+            lines.append(f"{'':<10} check {asset}:{check}: {verdict}{times}")
+    return lines

@@ -1,0 +1,362 @@
+"""Landing: split access logs by UTC hour into the landing zone, each file with a manifest.
+
+This is what a producer (a log shipper) does in production; ``bq-platform land`` does it for
+local files. For each input file (plain or gzip, Common or Combined Log Format):
+
+1. lines are split on ``\\n`` exactly (a ``\\r`` or other control byte inside a URL stays in
+   its line); a final line without ``\\n`` (a truncated write) is a line too;
+2. each line goes to the UTC hour of its timestamp; a line whose timestamp cannot be read, or
+   whose hour is outside the partitions (before the first hour, or later than now plus
+   :data:`~bq_platform.lib.core.partition_window.MAX_FUTURE_SKEW`), goes with its neighbours (the
+   hour of the line before it, or the first placeable hour of the file), so that the pipeline
+   rejects or counts it ``out_of_window`` with its own reason; landing never drops a line and
+   never creates an hour that is not a partition (issue 7);
+3. each hour's lines are written as one gzip object named by its SHA-256 (deterministic gzip),
+   then its :class:`~bq_platform.lib.core.manifest.LandedManifest` is written *last*, with the
+   object's SHA-256 and its CRC32C (the checksum GCS lists with every object, so a build on
+   GCS checks the file without downloading it: :mod:`bq_platform.lib.landing.deliveries`);
+4. what was landed of the source (site + name) is recorded in the landing registry
+   (:mod:`bq_platform.lib.landing.producer.registry`), after the data: when the same source arrives
+   again starting with the same bytes (a growing log), only the lines after them land. A
+   last line landed without its ``\\n`` that has grown since is taken out of the object that
+   held it (the object is rewritten in place) and lands whole with the new lines, so every
+   line counts once;
+5. every object already landed for the source, or about to be written, is checked against its
+   manifest (size, and CRC32C from the store's metadata where it keeps one, else SHA-256 of a
+   download); a missing or corrupt one is rebuilt from the source (issue 7:
+   "re-land the file" must repair it).
+
+The splitting itself is :mod:`bq_platform.lib.landing.producer.split` (no Python step per line);
+:func:`assign_hours` is its per-line reference. Memory: about three times one input file's
+uncompressed bytes (hourly or daily log files, tens of MB).
+"""
+
+import dataclasses
+import datetime as dt
+import gzip
+import hashlib
+import logging
+import os
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from bq_platform.lib.landing.producer import split as landing_split
+from bq_platform.lib.landing.producer.registry import Delivery, SourceState, read_state, write_state
+from bq_platform.lib.landing.producer.split import gzip_deterministic
+from bq_platform.lib.core.layout import (
+    hour_label,
+    landed_data_key,
+    landed_manifest_key,
+    validate_site,
+)
+from bq_platform.lib.core.manifest import LandedManifest, ManifestError
+from bq_platform.lib.storage.base import ObjectNotFoundError, ObjectStore, crc32c
+from bq_platform.lib.core.partition_window import HourWindow
+
+__all__ = [
+    "LandedFile",
+    "LandingError",
+    "assign_hours",
+    "gzip_deterministic",
+    "land_file",
+    "land_files",
+    "read_lines",
+    "read_source",
+]
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class LandingError(ValueError):
+    """Input cannot be landed, or a landed file or manifest is missing, corrupt or disagrees
+    with the other (raised by the build too). The message names every file or object URI
+    concerned, what disagreed, and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LandedFile:
+    """One landed object: its manifest, whether this call wrote it (False: already there and
+    intact), and whether it replaced a missing, corrupt or superseded object."""
+
+    manifest: LandedManifest
+    written: bool
+    repaired: bool = False
+
+
+def read_source(path: Path) -> bytes:
+    """The uncompressed bytes of a plain or gzip (possibly multi-member) log file.
+
+    Raises:
+        LandingError: if the file cannot be read or its gzip stream is corrupt.
+    """
+    try:
+        raw = path.read_bytes()
+        return gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise LandingError(
+            f"{path}: cannot read ({exc}); check the file and land it again"
+        ) from exc
+
+
+def read_lines(path: Path) -> list[bytes]:
+    """Read a plain or gzip log file and split it into lines (without their ``\\n``).
+
+    Raises:
+        LandingError: if the file cannot be read or its gzip stream is corrupt.
+    """
+    return landing_split.split_lines(read_source(path))
+
+
+def _no_hour_error(where: str, n_lines: int, window: HourWindow | None) -> LandingError:
+    span = ""
+    if window is not None and (window.first_hour or window.last_hour):
+        first = hour_label(window.first_hour) if window.first_hour else "any"
+        last = hour_label(window.last_hour) if window.last_hour else "any"
+        span = f" inside the partitions ({first} .. {last})"
+    return LandingError(
+        f"{where}: none of its {n_lines} lines has a readable timestamp{span}, so no hour can be "
+        "chosen; pass --default-hour YYYY-MM-DDTHH to land them there (the pipeline will "
+        "reject or count them out of window)"
+    )
+
+
+def assign_hours(
+    lines: Sequence[bytes],
+    default_hour: dt.datetime | None = None,
+    where: str = "<input>",
+    window: HourWindow | None = None,
+) -> list[dt.datetime]:
+    """UTC hour of every line, with unplaceable lines next to their neighbours (reference).
+
+    Args:
+        lines: raw lines.
+        default_hour: hour for the lines when *no* line has a placeable timestamp.
+        where: file name for error messages.
+        window: hours a line may have; a timestamp outside is treated as unreadable.
+
+    Returns:
+        One UTC hour (tz-aware, on the hour) per line, same length as ``lines``.
+
+    Raises:
+        LandingError: if no line has a placeable timestamp and ``default_hour`` is None.
+    """
+    own = [landing_split.line_hour(line) for line in lines]
+    own = [h if h is not None and (window is None or window.contains(h)) else None for h in own]
+    current = next((h for h in own if h is not None), default_hour)
+    if current is None:
+        if not lines:
+            return []
+        raise _no_hour_error(where, len(lines), window)
+    hours = []
+    for hour in own:
+        current = hour or current
+        hours.append(current)
+    return hours
+
+
+def _object_ok(store: ObjectStore, key: str, want: LandedManifest | None = None) -> bool:
+    """True if ``key`` and its manifest exist, agree and match ``want``.
+
+    Agree: the object's size, and its CRC32C when the store keeps one and the manifest has it
+    (GCS: one metadata request, no download; cloud.google.com/storage/docs/data-validation),
+    else the SHA-256 of its download. Every ``land`` of a growing source checks the objects
+    its earlier deliveries landed, so on GCS a download each was a growing cost.
+    """
+    try:
+        manifest = LandedManifest.from_json(store.read_bytes(landed_manifest_key(key)))
+        stored = store.stat(key)
+        if manifest.data_key != key or stored.size != manifest.bytes:
+            return False
+        if want is not None and (manifest.sha256, manifest.lines) != (want.sha256, want.lines):
+            return False
+        if stored.crc32c and manifest.crc32c:
+            return stored.crc32c == manifest.crc32c
+        return hashlib.sha256(store.read_bytes(key)).hexdigest() == manifest.sha256
+    except (ObjectNotFoundError, ManifestError):
+        return False
+
+
+def _land_range(
+    store: ObjectStore,
+    site: str,
+    source: str,
+    data: bytes,
+    delivery: Delivery,
+    where: str,
+) -> tuple[Delivery, list[LandedFile]]:
+    """Split ``data[start:end]`` by hour and make sure each hour's object is landed intact.
+
+    ``delivery.objects`` names the keys of hours landed before (a repair or a re-split keeps
+    them); a new hour gets the content-named key. A recorded hour without lines any more gets
+    an empty object (nothing can be deleted safely, an empty file counts 0 lines).
+    """
+    start, end = delivery.start, delivery.end
+    chunk = data if (start, end) == (0, len(data)) else data[start:end]
+    runs = landing_split.place_runs(
+        landing_split.hour_runs(chunk), delivery.window, delivery.default_hour, delivery.carry_hour
+    )
+    if runs is None:
+        raise _no_hour_error(where, len(landing_split.split_lines(chunk)), delivery.window)
+    bodies = landing_split.bodies_by_hour(chunk, runs)
+    for hour in delivery.objects:
+        bodies.setdefault(hour, (b"", 0))
+    comment = f"bq_platform offset {start}" if start else ""  # keeps equal chunks apart
+    objects: dict[dt.datetime, str] = {}
+    landed = []
+    for hour in sorted(bodies):
+        body, n = bodies[hour]
+        gz = gzip_deterministic(body, comment)
+        sha = hashlib.sha256(gz).hexdigest()
+        key = delivery.objects.get(hour) or landed_data_key(site, hour, sha)
+        manifest = LandedManifest(
+            site=site,
+            hour=hour,
+            data_key=key,
+            lines=n,
+            bytes=len(gz),
+            sha256=sha,
+            source=source,
+            crc32c=crc32c(gz),
+        )
+        objects[hour] = key
+        if _object_ok(store, key, manifest):
+            existing = LandedManifest.from_json(store.read_bytes(landed_manifest_key(key)))
+            landed.append(LandedFile(existing, written=False))
+            continue
+        repaired = store.exists(key) or store.exists(landed_manifest_key(key))
+        store.write_bytes(key, gz)
+        store.write_text(landed_manifest_key(key), manifest.to_json())  # last: makes it count
+        landed.append(LandedFile(manifest, written=True, repaired=repaired))
+    last_hour = runs[-1][0] if runs else delivery.carry_hour
+    return dataclasses.replace(delivery, objects=objects, last_hour=last_hour), landed
+
+
+def land_file(
+    store: ObjectStore,
+    site: str,
+    path: str | os.PathLike[str],
+    *,
+    source: str | None = None,
+    default_hour: dt.datetime | None = None,
+    first_hour: dt.datetime | None = None,
+    now: dt.datetime | None = None,
+    log: logging.Logger | None = None,
+) -> list[LandedFile]:
+    """Land what is new of one log file: one gzip object plus manifest per UTC hour it touches.
+
+    Args:
+        store: the landing zone's object store.
+        site: publisher key (folder ``site=<site>``).
+        path: the input file, plain or gzip.
+        source: the source's name in the registry (default: the file's basename). The same
+            name and site with the same first bytes is the same, possibly grown, source.
+        default_hour: see :func:`assign_hours`.
+        first_hour: the first hourly partition (``BQ_PLATFORM_FIRST_HOUR``); earlier lines go
+            with their neighbours. None: no lower bound.
+        now: the clock for the future bound (default: now); later than its hour plus
+            :data:`~bq_platform.lib.core.partition_window.MAX_FUTURE_SKEW` goes with neighbours.
+        log: progress logger.
+
+    Returns:
+        The objects of the new lines, in hour order, then any object repaired; empty when
+        nothing was new and nothing needed a repair.
+
+    Raises:
+        LandingError: unreadable input, no placeable line, or a registry entry that cannot be
+            read.
+    """
+    log = log or logging.getLogger(__name__)
+    validate_site(site)
+    src = Path(path)
+    name = source or src.name
+    where = str(src)
+    data = read_source(src)
+    window = HourWindow.until_now(first_hour, now)
+    try:
+        state = read_state(store, site, name)
+    except ValueError as exc:
+        raise LandingError(str(exc)) from exc
+
+    view = memoryview(data)
+    digest = hashlib.sha256()
+    continues = False
+    if state is not None and len(data) >= state.bytes:
+        digest.update(view[: state.bytes])
+        continues = digest.hexdigest() == state.sha256
+    if not continues:
+        digest = hashlib.sha256()
+        state = None
+    start = state.bytes if state else 0
+    digest.update(view[start:])
+
+    landed: list[LandedFile] = []
+    deliveries = list(state.deliveries) if state else []
+    lines = state.lines if state else 0
+    for i, delivery in enumerate(deliveries):  # repair what was landed before
+        if not all(_object_ok(store, key) for key in delivery.objects.values()):
+            deliveries[i], files = _land_range(store, site, name, data, delivery, where)
+            landed += [dataclasses.replace(f, repaired=True) for f in files if f.written]
+    if state and state.partial and len(data) > start:
+        if data[start] == ord("\n"):
+            start += 1  # the last line landed without \n is complete, as landed
+        else:  # it grew: land the last delivery again without it, then the whole line
+            last = deliveries[-1]
+            start -= state.partial
+            fallback = last.default_hour or min(last.objects, default=None)
+            cut = dataclasses.replace(last, end=start, default_hour=fallback)
+            deliveries[-1], files = _land_range(store, site, name, data, cut, where)
+            deliveries[-1] = dataclasses.replace(deliveries[-1], default_hour=last.default_hour)
+            landed += [dataclasses.replace(f, repaired=True) for f in files if f.written]
+            lines -= 1
+    new: list[LandedFile] = []
+    if start < len(data):
+        carry = deliveries[-1].last_hour if deliveries else None
+        delivery = Delivery(start, len(data), window, default_hour, {}, carry_hour=carry)
+        delivery, new = _land_range(store, site, name, data, delivery, where)
+        deliveries.append(delivery)
+        lines += sum(f.manifest.lines for f in new)
+    partial = len(data) - data.rfind(b"\n") - 1 if data and not data.endswith(b"\n") else 0
+    updated = SourceState(
+        site, name, len(data), lines, digest.hexdigest(), partial, tuple(deliveries)
+    )
+    if updated != state:
+        write_state(store, updated)  # last: a crash before re-lands the same bytes
+    log.info(
+        "landed %s for %s as source %r: %d new lines in %d hours (%d new objects, %d repaired)",
+        src,
+        site,
+        name,
+        sum(f.manifest.lines for f in new),
+        len(new),
+        sum(f.written and not f.repaired for f in new),
+        sum(f.repaired for f in new + landed),
+    )
+    return new + landed
+
+
+def land_files(
+    store: ObjectStore,
+    site: str,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    default_hour: dt.datetime | None = None,
+    first_hour: dt.datetime | None = None,
+    now: dt.datetime | None = None,
+    log: logging.Logger | None = None,
+) -> list[LandedFile]:
+    """:func:`land_file` for several files of one site (each its own source, by basename)."""
+    out: list[LandedFile] = []
+    for path in paths:
+        out.extend(
+            land_file(
+                store,
+                site,
+                path,
+                default_hour=default_hour,
+                first_hour=first_hour,
+                now=now,
+                log=log,
+            )
+        )
+    return out

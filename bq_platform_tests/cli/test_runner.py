@@ -1,0 +1,237 @@
+"""How ``bq-platform run`` groups due days into hourly runs (batches of consecutive days), and
+when it starts the Spark session ahead of them."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+
+from bq_platform.lib.core import layout
+from bq_platform.lib.core.hours import day_hours
+from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.planning import batches
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
+from bq_platform.cli.runner import PipelineRunner
+from bq_platform_tests.lib.build.test_retention import lake
+
+D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))
+
+
+def test_consecutive_days_share_a_batch_up_to_the_limit():
+    todo = {d: day_hours(d) for d in (D3, D1, D2, D5)}
+    assert [sorted(b) for b in batches(todo)] == [[D1, D2, D3], [D5]]  # D4 is not due: a gap
+    assert [sorted(b) for b in batches(todo, max_days=2)] == [[D1, D2], [D3], [D5]]
+    (first, *_) = batches(todo)
+    assert first[D2] == day_hours(D2)
+
+
+def test_partial_days_join_only_when_their_hours_touch():
+    evening = day_hours(D1)[20:]
+    morning = day_hours(D2)[:4]
+    assert [sorted(b) for b in batches({D1: evening, D2: morning})] == [[D1, D2]]
+    late_morning = day_hours(D2)[2:6]
+    assert [sorted(b) for b in batches({D1: evening, D2: late_morning})] == [[D1], [D2]]
+    assert batches({}) == []
+
+
+class _RecordingSpark:
+    """Stands in for ``SparkResource``: records when its session was asked to start."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def start_in_background(self) -> None:
+        self.events.append("spark")
+
+
+def _runner(tmp_path, events: list[str]) -> PipelineRunner:
+    store = LocalObjectStore(tmp_path / "lake")
+    warehouse = DuckDBWarehouse(str(tmp_path / "warehouse.duckdb"))
+
+    def load_definitions() -> dg.Definitions:
+        events.append("definitions")
+        return dg.Definitions()
+
+    runner = PipelineRunner(
+        load_definitions=load_definitions,
+        store=store,
+        warehouse=warehouse,
+        visitor_key="k",
+        echo=lambda _: None,
+        spark=_RecordingSpark(events),  # type: ignore[arg-type]
+    )
+    return runner
+
+
+def test_the_spark_session_starts_ahead_of_a_due_build(tmp_path, monkeypatch):
+    """The JVM starts before the definitions load (~1.4 s), which the first run needs, once."""
+    events: list[str] = []
+    runner = _runner(tmp_path, events)
+
+    def run_batch(self, batch, *_):
+        assert self.definitions is self.definitions  # loaded once
+        events.append("build")
+        return True
+
+    monkeypatch.setattr(PipelineRunner, "_run_batch", run_batch)
+    assert runner.run(hours=day_hours(D1)[:2])
+    assert events == ["spark", "definitions", "build"]
+
+
+def test_no_spark_session_nor_definitions_when_nothing_is_due(tmp_path):
+    events: list[str] = []
+    runner = _runner(tmp_path, events)
+    assert runner.run()  # an empty landing zone: nothing to build
+    assert events == []
+
+
+def test_a_lookback_window_plans_only_its_days(tmp_path):
+    """``bq-platform run`` with BQ_PLATFORM_LOOKBACK_DAYS: older landed days are not planned,
+    and it says which days it plans."""
+    from bq_platform_tests.lib.build_inputs import land
+
+    lines: list[str] = []
+    runner = _runner(tmp_path, [])
+    runner.echo = lines.append
+    runner.lookback_days = 2
+    land(runner.store, "epa.gov", dt.datetime.combine(D1, dt.time(4), tzinfo=dt.UTC), [b"x"])
+    assert runner.run()  # 1995 only: nothing in the window
+    since = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=2)
+    assert lines[0] == f"planning the landed days from {since} on (BQ_PLATFORM_LOOKBACK_DAYS)"
+    assert lines[1].startswith(f"nothing landed from {since} on") and len(lines) == 2
+
+    runner.lookback_days = 0
+    lines.clear()
+    runner.warehouse = DuckDBWarehouse(str(tmp_path / "warehouse.duckdb"))
+    runner.spark = None
+    runner._run_batch = lambda *a: True  # type: ignore[method-assign]
+    assert runner.run()
+    assert lines == [
+        f"{D1}: due (24 hours to build (1995-08-01T00, 1995-08-01T01, 1995-08-01T02 ...))"
+    ]
+
+
+def test_the_cleanup_after_a_run_says_what_it_deleted_and_what_it_could_not_read(tmp_path):
+    store = lake(tmp_path)  # old/05, running/06 and crashed: superseded, first seen long ago
+    seen = ("old/1995-08-01T05", "running/1995-08-01T06", "crashed/*")
+    long_ago = "2020-01-01T00:00:00+00:00"
+    store.write_text(layout.ATTEMPT_REGISTRY_KEY, json.dumps(dict.fromkeys(seen, long_ago)))
+    torn = "staging/pageviews/_SUPERSEDED/attempt=torn/units.json"
+    store.write_text(torn, "{")
+    lines: list[str] = []
+    runner = PipelineRunner(
+        load_definitions=dg.Definitions,
+        store=store,
+        warehouse=DuckDBWarehouse(tmp_path / "w.duckdb"),
+        visitor_key="k",
+        echo=lines.append,
+    )
+
+    runner.clean_attempts()
+
+    (line,) = lines
+    assert line.startswith("cleanup: deleted 7 files of 4 superseded attempt-hours (3 attempts)")
+    assert "; full pass" in line and f"1 unreadable superseded records kept, e.g. {torn}" in line
+    assert store.exists(torn)
+    runner.clean_attempts()  # nothing left to delete: the unreadable record is said again
+    assert "1 unreadable superseded records kept" in lines[1] and "; full pass" not in lines[1]
+
+
+class _AuditRows:
+    """Stands in for the warehouse of :meth:`PipelineRunner.print_summary`: audit rows only."""
+
+    def __init__(self, sites: list[str]) -> None:
+        self.sites = sites
+
+    def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict]:
+        counts = {"pageviews": 40, "non_page_hits": 50, "rejected": 3, "duplicates": 0}
+        return [
+            {"site": site, "source_lines": 93, "out_of_window": 0, "sample_rows": 1, **counts}
+            for site in self.sites
+        ]
+
+
+def test_the_summary_keeps_its_columns_for_long_site_names(tmp_path):
+    """A site name longer than the column (``syn001.ksc.nasa.gov``) widens it for every row,
+    so each number stays under its heading."""
+    lines: list[str] = []
+    runner = _runner(tmp_path, [])
+    runner.echo = lines.append
+    runner.warehouse = _AuditRows(["epa.gov", "syn001.ksc.nasa.gov.example"])  # type: ignore
+    runner.print_summary([D1])
+    (header,) = [line for line in lines if line.startswith("day ")]
+    rows = [line for line in lines if line.startswith(str(D1))]
+    assert len(rows) == 2
+    for row in rows:
+        for heading, value in (("source", "93"), ("pages", "40"), ("rejected", "3")):
+            column_end = header.index(heading) + len(heading)
+            assert row[column_end - len(value) : column_end] == value, (heading, row)
+
+
+class _Result:
+    """Stands in for a Dagster run's result."""
+
+    def __init__(self, success: bool) -> None:
+        self.success, self.run_id = success, "r"
+
+
+def _released(tmp_path, monkeypatch, todo, failing: set[str], release: bool) -> list[str]:
+    """The events of executing ``todo`` with builds whose labels are in ``failing`` failing,
+    then whether it succeeded."""
+    events: list[str] = []
+    runner = _runner(tmp_path, events)
+    runner.release_spark = release
+
+    class _Thread:
+        def join(self, timeout: float) -> None:
+            events.append("joined")
+
+    def stop() -> _Thread:
+        events.append("stop")
+        return _Thread()
+
+    def build(self, label, hours):
+        events.append(f"build {label}")
+        return _Result(label not in failing)
+
+    def publish(self, days, *_):
+        events.append(f"publish {days[0]}..{days[-1]}")
+        return True
+
+    monkeypatch.setattr("bq_platform.defs.pageviews.spark_build.stop_session_in_background", stop)
+    monkeypatch.setattr(PipelineRunner, "_build", build)
+    monkeypatch.setattr(PipelineRunner, "_publish", publish)
+    monkeypatch.setattr(PipelineRunner, "_record_checks", lambda *_: None)
+    monkeypatch.setattr(PipelineRunner, "_failure", lambda *_: "failed")
+    events.append("ok" if runner.execute(todo) else "failed")
+    return events
+
+
+def test_the_spark_session_is_released_after_the_last_build_only(tmp_path, monkeypatch):
+    """With ``release_spark`` (the console script), the session stops once no build is left,
+    beside the last publish; a failed multi-day build is rebuilt day by day first."""
+    todo = {d: day_hours(d) for d in (D1, D2, D5)}
+    assert _released(tmp_path, monkeypatch, todo, set(), release=True) == [
+        f"build {D1}..{D2}",
+        f"publish {D1}..{D2}",
+        f"build {D5}",
+        "stop",
+        f"publish {D5}..{D5}",
+        "joined",
+        "ok",
+    ]
+    two = {d: day_hours(d) for d in (D1, D2)}
+    assert _released(tmp_path, monkeypatch, two, {f"{D1}..{D2}"}, release=True) == [
+        f"build {D1}..{D2}",
+        f"build {D1}",
+        f"publish {D1}..{D1}",
+        f"build {D2}",
+        "stop",
+        f"publish {D2}..{D2}",
+        "joined",
+        "ok",
+    ]
+    assert "stop" not in _released(tmp_path, monkeypatch, todo, set(), release=False)
+    # the last build failed: no stop (the session ends with the process)
+    failed = _released(tmp_path, monkeypatch, {D5: day_hours(D5)}, {f"{D5}"}, release=True)
+    assert failed == [f"build {D5}", "failed"]

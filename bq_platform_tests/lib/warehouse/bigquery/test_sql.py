@@ -1,0 +1,163 @@
+"""The SQL half of the BigQuery backend (``bigquery_sql.py``) on bqemulator: the publish
+ledger is append-only parameterized INSERTs (issue 6, defect 3: concurrent MERGEs fail with
+"Could not serialize access"), and the audit rows of some hours are replaced atomically.
+
+Behaviour shared with DuckDB (latest wins, one schema) is the contract suite's
+(``lib/warehouse/test_contract.py``); here, the SQL BigQuery receives.
+"""
+
+import datetime as dt
+from collections.abc import Callable
+
+import pytest
+
+from bq_platform.lib.core.accounting import SiteHourCounts, audit_records
+from bq_platform.lib.warehouse import ledger
+from bq_platform.lib.warehouse.base import PublishRecord
+from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
+from bq_platform_tests.bigquery_shim import BigQueryShim
+from bq_platform_tests.emulators import BigQueryEmulator
+from bq_platform_tests.http_recording import RecordingSession
+
+pytestmark = pytest.mark.emulator
+
+DAY = dt.date(1995, 8, 1)
+HOURS = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in (4, 5)]
+RUN_ID = "run-sql"
+
+
+@pytest.fixture
+def make_warehouse(
+    bq_emulator: BigQueryEmulator, bq_dataset: str
+) -> Callable[[RecordingSession], BigQueryWarehouse]:
+    """A new adapter object (= a new run) on the test's dataset, over ``session``."""
+
+    def make(session: RecordingSession) -> BigQueryWarehouse:
+        return bq_emulator.warehouse(bq_dataset, session)
+
+    return make
+
+
+@pytest.fixture
+def warehouse(
+    make_warehouse: Callable[[RecordingSession], BigQueryWarehouse], session: RecordingSession
+) -> BigQueryWarehouse:
+    return make_warehouse(session)
+
+
+def test_ledger_rows_are_parameterized_inserts(
+    warehouse: BigQueryWarehouse, session: RecordingSession
+) -> None:
+    evil = "x'); DELETE FROM t; --"
+    warehouse.write_publish_records(
+        [PublishRecord("pageviews", "19950801", evil, "fp", 1, dt.datetime.now(dt.UTC))]
+    )
+    assert warehouse.read_publish_record("pageviews", "19950801").job_id == evil
+    queries = [
+        c.body["configuration"]["query"]["query"]
+        for c in session.calls
+        if c.method == "POST" and c.path.endswith("/jobs") and "query" in c.body["configuration"]
+    ]
+    writes = [q for q in queries if q.lstrip().split()[0].upper() in {"INSERT", "MERGE", "UPDATE"}]
+    assert len(writes) == 1 and writes[0].startswith("INSERT INTO")  # append-only (defect 3)
+    assert all(evil not in q for q in queries)
+
+
+def _audit(hour: dt.datetime, site: str, pageviews: int) -> SiteHourCounts:
+    return SiteHourCounts(
+        site=site,
+        hour=hour,
+        source_lines=pageviews + 1,
+        pageviews=pageviews,
+        non_page_hits=1,
+        visitors=1,
+        files=1,
+    )
+
+
+def test_audit_rows_are_replaced_atomically_per_hour(warehouse: BigQueryWarehouse) -> None:
+    h4, h5 = HOURS
+    warehouse.replace_audit_rows(
+        HOURS,
+        audit_records(
+            [_audit(h4, "epa.gov", 5), _audit(h4, "nasa.gov", 6), _audit(h5, "epa.gov", 7)],
+            "fp1",
+            RUN_ID,
+        ),
+    )
+    warehouse.replace_audit_rows([h4], audit_records([_audit(h4, "epa.gov", 50)], "fp2", "run-2"))
+    warehouse.replace_audit_rows([h4], audit_records([_audit(h4, "epa.gov", 50)], "fp2", "run-2"))
+    rows = warehouse.audit_rows(h4, h5 + dt.timedelta(hours=1))
+    assert [(r["hour"], r["site"], r["pageviews"], r["fingerprint"]) for r in rows] == [
+        (h4, "epa.gov", 50, "fp2"),
+        (h5, "epa.gov", 7, "fp1"),
+    ]
+    assert rows[0]["event_date"] == DAY and rows[0]["source_lines"] == 51
+    warehouse.replace_audit_rows([h5], [])
+    assert [r["hour"] for r in warehouse.audit_rows(h4, h5 + dt.timedelta(days=1))] == [h4]
+    with pytest.raises(ValueError, match="not in the replaced hours"):
+        warehouse.replace_audit_rows([h4], audit_records([_audit(h5, "x", 1)], "fp", RUN_ID))
+
+
+def test_audit_rows_are_listed_per_day_partition_not_queried(
+    warehouse: BigQueryWarehouse, session: RecordingSession
+) -> None:
+    """Issue 9: the completeness check's audit read bills 0 bytes: one ``tabledata.list`` of
+    ``pageviews_audit$YYYYMMDD`` per UTC day of the range, hours filtered in Python."""
+    late = dt.datetime(1995, 8, 1, 23, tzinfo=dt.UTC)
+    next_day = late + dt.timedelta(hours=1)
+    hours = [HOURS[0], late, next_day]
+    warehouse.replace_audit_rows(
+        hours, audit_records([_audit(h, "epa.gov", h.hour) for h in hours], "fp", RUN_ID)
+    )
+    before = len(session.calls)
+    rows = warehouse.audit_rows(HOURS[1], next_day + dt.timedelta(minutes=30))
+    assert [r["hour"] for r in rows] == [late, next_day]  # 04:00 is before the range
+    calls = session.calls[before:]
+    assert [c.path.rsplit("/", 2)[-2] for c in calls] == [
+        "pageviews_audit$19950801",
+        "pageviews_audit$19950802",
+    ]
+    assert all(c.method == "GET" and c.path.endswith("/data") for c in calls)
+    assert "SELECT" not in _query_statements(session)
+    assert warehouse.audit_rows(next_day, next_day) == []  # an empty range reads nothing
+    assert len(session.calls) == before + 2
+
+
+def _query_statements(session: RecordingSession) -> list[str]:
+    """First keyword of each query job the session inserted."""
+    return [
+        c.body["configuration"]["query"]["query"].split()[0].upper()
+        for c in session.calls
+        if c.method == "POST"
+        and c.path.endswith("/jobs")
+        and isinstance(c.body, dict)
+        and "query" in c.body.get("configuration", {})
+    ]
+
+
+def test_ledger_is_listed_once_per_run_never_queried(
+    make_warehouse: Callable[[RecordingSession], BigQueryWarehouse], shim: BigQueryShim
+) -> None:
+    """Issue 9: publish-record lookups bill 0 bytes. The ledger is read once per warehouse
+    object with ``tabledata.list`` (free); the object's own appends are seen at once, another
+    process's from the next run on (documented in ``bigquery_sql``)."""
+    at = dt.datetime(2026, 1, 2, 3, tzinfo=dt.UTC)
+    writer = make_warehouse(shim.session())
+    writer.write_publish_records([PublishRecord("pageviews", "19950801", "j1", "f1", 1, at)])
+    session = shim.session()
+    reader = make_warehouse(session)
+    for _ in range(3):
+        assert reader.read_publish_record("pageviews", "19950801").job_id == "j1"
+        assert reader.read_publish_record("pageviews", "19950802") is None
+    later = at + dt.timedelta(minutes=1)
+    writer.write_publish_records([PublishRecord("pageviews", "19950801", "j2", "f2", 2, later)])
+    assert reader.read_publish_record("pageviews", "19950801").job_id == "j1"  # next run's
+    reader.write_publish_records([PublishRecord("pageviews", "19950803", "j3", "f3", 3, at)])
+    assert reader.read_publish_record("pageviews", "19950803").job_id == "j3"  # its own: now
+    assert make_warehouse(shim.session()).read_publish_record("pageviews", "19950801") == (
+        PublishRecord("pageviews", "19950801", "j2", "f2", 2, later)
+    )
+    assert _query_statements(session) == ["INSERT"]  # the one append; no SELECT
+    assert [c.method for c in session.calls if c.path.endswith("/data")] == ["GET"]
+    assert len(session.table_metadata_calls(ledger.PUBLISH_LEDGER_TABLE)) == 1

@@ -1,0 +1,142 @@
+"""Settings read from the environment without Dagster (settings.py), and the promise
+that they agree with the Dagster resources (defs/resources.py) a run binds."""
+
+import datetime as dt
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bq_platform.defs.resources import build_resources, resolved
+from bq_platform import settings as environment
+from bq_platform.lib.storage.gcs import GCSObjectStore
+from bq_platform.lib.storage.local import LocalObjectStore
+
+PROD = {
+    "BQ_PLATFORM_GCP_PROJECT": "the-project",
+    "BQ_PLATFORM_BUCKET": "the-bucket",
+    "BQ_PLATFORM_BQ_DATASET": "the_dataset",
+    "BQ_PLATFORM_VISITOR_KEY": "the-secret-key",
+    # No request is sent: the client is built, never used (no credentials needed).
+    "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9",
+}
+
+
+@pytest.fixture
+def prod_env(monkeypatch):
+    for name, value in PROD.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_the_local_lake_is_the_resources_lake(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
+    store = environment.object_store("local")
+    bound = build_resources("local")["object_store"].get_store()
+    assert isinstance(store, LocalObjectStore) and isinstance(bound, LocalObjectStore)
+    assert store.root == bound.root == (tmp_path / "home" / "lake").resolve()
+
+
+def test_the_production_lake_is_the_bucket_a_run_resolves(prod_env) -> None:
+    store = environment.object_store("prod")
+    bound = resolved(build_resources("prod")["object_store"]).get_store()
+    assert isinstance(store, GCSObjectStore) and isinstance(bound, GCSObjectStore)
+    assert store.bucket_name == bound.bucket_name == "the-bucket"
+    assert store.client.project == bound.client.project == "the-project"
+
+
+@pytest.mark.parametrize("unset", ["BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET"])
+def test_a_missing_production_variable_is_named(prod_env, monkeypatch, unset: str) -> None:
+    monkeypatch.setenv(unset, "")
+    with pytest.raises(ValueError, match=f"set {unset} "):
+        environment.object_store("prod")
+    with pytest.raises(ValueError, match=f"set {unset} "):
+        resolved(build_resources("prod")["object_store"])
+
+
+def test_an_unknown_environment_is_refused(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="'staging'"):
+        environment.object_store("staging")
+    monkeypatch.setenv("BQ_PLATFORM_ENV", "staging")
+    with pytest.raises(ValueError, match="BQ_PLATFORM_ENV must be 'local' or 'prod'"):
+        environment.env_name()
+    monkeypatch.setenv("BQ_PLATFORM_ENV", "")
+    assert environment.env_name() == "local"
+
+
+def test_the_first_hour_from_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv("BQ_PLATFORM_FIRST_HOUR", raising=False)
+    assert environment.first_hour() == dt.datetime(1995, 8, 1, tzinfo=dt.UTC)
+    monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29T05")
+    assert environment.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
+    monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29-05:00")  # before issue 8
+    assert environment.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
+    monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "yesterday")
+    with pytest.raises(ValueError, match="not a UTC hour: 'yesterday'"):
+        environment.first_hour()
+
+
+def test_resolved_production_resources_hold_the_values_not_the_names(prod_env) -> None:
+    raw = build_resources("prod")
+    assert raw["settings"].visitor_key == "BQ_PLATFORM_VISITOR_KEY"  # what Dagster defers
+    bound = {key: resolved(resource) for key, resource in raw.items()}
+    assert bound["settings"].visitor_key == "the-secret-key"
+    assert bound["settings"].job_budget_per_table_per_day == 1350  # plain fields kept
+    assert (bound["warehouse"].project, bound["warehouse"].dataset) == (
+        "the-project",
+        "the_dataset",
+    )
+    assert bound["warehouse"].location == raw["warehouse"].location
+    assert bound["object_store"].bucket == "the-bucket"
+    assert bound["spark"] is raw["spark"]  # nothing to resolve: the same object
+
+
+def test_local_resources_are_left_as_they_are(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    raw = build_resources("local")
+    assert all(resolved(resource) is resource for resource in raw.values())
+
+
+def test_landing_a_tree_imports_no_dagster(tmp_path) -> None:
+    """``land-tree`` reads its settings and builds its store through lib/environment, so it
+    imports no Dagster (~1 s of CPU per process, issue 9). One worker: the sites land in this
+    process, which then has done all a forked worker does."""
+    for name in ("epa.gov", "nasa.gov"):
+        site = tmp_path / "tree" / name
+        site.mkdir(parents=True)
+        (site / "access.log").write_text(
+            'h1 - - [30/Aug/1995:23:53:25 -0400] "GET /index.html HTTP/1.0" 200 1\n'
+        )
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from bq_platform.cli.main import main
+        main(["land-tree", "--workers", "1", {str(tmp_path / "tree")!r}], standalone_mode=False)
+        print("dagster imported:", any(m.split(".")[0] == "dagster" for m in sys.modules))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"BQ_PLATFORM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "epa.gov: 1 files, 1 new lines in 1 hours" in done.stdout
+    assert "nasa.gov: 1 files, 1 new lines in 1 hours" in done.stdout
+    assert "dagster imported: False" in done.stdout
+    assert len(list((tmp_path / "home" / "lake" / "landing").rglob("*.log.gz"))) == 2
+
+
+def test_the_visitor_key_is_the_resources_key(monkeypatch, prod_env) -> None:
+    assert environment.visitor_key("prod") == "the-secret-key"
+    assert resolved(build_resources("prod")["settings"]).visitor_key == "the-secret-key"
+    assert environment.visitor_key("local") == "the-secret-key"
+    monkeypatch.setenv("BQ_PLATFORM_VISITOR_KEY", "")
+    assert environment.visitor_key("local") == environment.LOCAL_VISITOR_KEY
+    assert build_resources("local")["settings"].visitor_key == environment.LOCAL_VISITOR_KEY
+    with pytest.raises(ValueError, match="set BQ_PLATFORM_VISITOR_KEY"):
+        environment.visitor_key("prod")
