@@ -8,10 +8,6 @@ STAMP := $(VENV)/.installed-stamp
 # The exact dependency versions installed (pip's constraints file; `make lock` rewrites it).
 CONSTRAINTS := constraints.txt
 SHARED_DATA ?= ../shared/data
-# The local Spark driver's class archive (bq_platform/lib/spark_cds.py): on the bundled JDK 25
-# (bq_platform/lib/spark_jdk.py) an AOT cache, trained on the bundled real logs; ~4 s off a 1x
-# bench run. Written once per install, ~45 s.
-CDS_ARCHIVE := $(VENV)/share/bq_platform/spark-driver.aot
 export BQ_PLATFORM_HOME ?= $(CURDIR)/.bq_platform
 export DAGSTER_HOME ?= $(BQ_PLATFORM_HOME)/dagster_home
 export SPARK_LOCAL_IP ?= 127.0.0.1
@@ -19,10 +15,7 @@ export PYSPARK_PYTHON ?= $(CURDIR)/$(BIN)/python
 
 .PHONY: install run test lint dev bench clean browser lock
 
-install: $(STAMP) $(CDS_ARCHIVE)
-
-$(CDS_ARCHIVE): $(STAMP)
-	$(BIN)/python -m bq_platform.lib.spark_cds $@ --logs $(SHARED_DATA)/access_logs
+install: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -60,9 +53,11 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
 	fi
 
+## lint: ruff (its rules are in pyproject.toml) and `dg check defs` (the definitions load)
 lint: install
-	$(BIN)/ruff check bq_platform bq_platform_tests scripts
-	$(BIN)/ruff format --check bq_platform bq_platform_tests scripts
+	$(BIN)/ruff check bq_platform bq_platform_tests benchmarks
+	$(BIN)/ruff format --check bq_platform bq_platform_tests benchmarks
+	$(BIN)/dg check defs
 
 ## dev: the Dagster UI on http://127.0.0.1:3000 with the runs of `make run`; the completeness
 ## pictures (lake/reports) are served on http://127.0.0.1:$(REPORTS_PORT) for the UI to show
@@ -80,7 +75,7 @@ dev: install
 ## quick run); prints the figures and writes docs/PERFORMANCE.md
 BENCH_SCALES ?= 1,4,16
 bench: install
-	$(BIN)/python scripts/benchmark.py --scales $(BENCH_SCALES)
+	$(BIN)/python benchmarks/benchmark.py --scales $(BENCH_SCALES)
 
 clean:
 	rm -rf .bq_platform

@@ -1,30 +1,15 @@
-"""The deployment's settings that plain code needs, read from the environment without Dagster.
+"""The deployment's settings: the one reader of the ``BQ_PLATFORM_*`` environment variables
+(README, "Configuration").
 
-One answer each, used by the Dagster definitions (``defs/partitions.py``, ``defs/resources.py``)
-and by the commands that need no Dagster at all (``bq-platform land`` / ``land-tree`` /
-``deadletters``):
-
-- :func:`env_name`: ``BQ_PLATFORM_ENV``, ``local`` (default) or ``prod``;
-- :func:`local_home`: ``BQ_PLATFORM_HOME``, the local data folder (default ``./.bq_platform``);
-- :func:`first_hour`: ``BQ_PLATFORM_FIRST_HOUR``, the first hourly partition;
-- :func:`object_store`: the lake of an environment (a folder under the local home, or the GCS
-  bucket ``BQ_PLATFORM_BUCKET`` of project ``BQ_PLATFORM_GCP_PROJECT``);
-- :func:`pipeline_settings`: the pipeline's whole numbers, rejected-share limit and reports URL,
-  validated (the fields of ``defs/resources.PipelineSettings``);
-- :func:`visitor_key`: ``BQ_PLATFORM_VISITOR_KEY``, the visitor-ID key (a fixed development key
-  when unset locally; required in production).
-
-Why not through the Dagster resources: ``land-tree`` imported ``dagster`` in its process for
-the partitions' first hour (0.97 s, ``python -X importtime``) and ``defs/resources.py`` in each
-landing worker for the store (0.44-0.57 s, mostly ``dagster_pyspark``); without them a 1x
-``land-tree`` took 7.8-9.3 s against 9.5-11.9 s on a slow disk, 5.0-5.7 against 6.8-8.4 s of
-user CPU (issue 9, docs/PERFORMANCE.md). And a production resource's ``dg.EnvVar`` field
-is resolved only inside a Dagster run: read outside one, it is the variable's *name*, so the
-CLI would have landed into a bucket called ``BQ_PLATFORM_BUCKET``.
+Plain functions, importable without Dagster, that read the environment when called, never at
+import; ``lib/`` gets the values as arguments. A resource's ``dg.EnvVar`` field is resolved only
+inside a Dagster run (outside one it is the variable's name), so code outside a run reads here.
 """
 
+import dataclasses
 import datetime as dt
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +19,22 @@ from bq_platform.lib.storage.base import ObjectStore
 ENVIRONMENTS: tuple[str, ...] = ("local", "prod")
 #: The first hourly partition of the bundled logs (the default of ``BQ_PLATFORM_FIRST_HOUR``).
 DEFAULT_FIRST_HOUR = "1995-08-01T00"
-#: The visitor-ID key of the local environment when ``BQ_PLATFORM_VISITOR_KEY`` is unset; never
-#: used when ``BQ_PLATFORM_ENV=prod`` (:func:`visitor_key`).
+#: The local visitor-ID key when ``BQ_PLATFORM_VISITOR_KEY`` is unset; never used in ``prod``.
 LOCAL_VISITOR_KEY = "bq-platform-local-development-key"
-#: The production lake's variables: GCP project, then bucket (``defs/resources.py`` names the
-#: same two in its ``dg.EnvVar`` fields; ``test_environment.py`` compares the stores).
-_GCS_VARIABLES: tuple[str, str] = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET")
+#: Where ``make dev`` serves the local ``lake/reports`` folder (``REPORTS_PORT`` in the Makefile).
+LOCAL_REPORTS_URL = "http://127.0.0.1:3001"
+#: The production lake's variables, project then bucket (also ``defs/resources.py``'s).
+GCS_VARIABLES: tuple[str, str] = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BUCKET")
+#: What a production warehouse needs besides its defaults: project, dataset, bucket.
+BIGQUERY_VARIABLES: tuple[str, ...] = (
+    "BQ_PLATFORM_GCP_PROJECT",
+    "BQ_PLATFORM_BQ_DATASET",
+    "BQ_PLATFORM_BUCKET",
+)
+#: ``BQ_PLATFORM_BUILD``'s values, the default first (``defs/pageviews/spark_build.py``).
+BUILDS: tuple[str, ...] = ("in-process", "spark-submit")
+#: Set (to any non-empty value) by ``bq-platform -v``: Spark's console log in full.
+SPARK_VERBOSE = "BQ_PLATFORM_SPARK_VERBOSE"
 
 
 def unknown_environment(env: str) -> ValueError:
@@ -47,19 +42,20 @@ def unknown_environment(env: str) -> ValueError:
     return ValueError(f"BQ_PLATFORM_ENV must be 'local' or 'prod', got {env!r}")
 
 
-def _unset_in_production(names: list[str]) -> ValueError:
+def _unset_in_production(names: Sequence[str]) -> ValueError:
     """The one error for production variables that are unset or empty, naming them."""
     return ValueError(
         f"BQ_PLATFORM_ENV=prod: set {', '.join(names)} (README, 'Running on Google Cloud')"
     )
 
 
-def env_name() -> str:
-    """``BQ_PLATFORM_ENV``: ``local`` (the default when unset or empty) or ``prod``.
+def unset_variables(names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that are unset or empty, in order."""
+    return [name for name in names if not os.environ.get(name)]
 
-    Raises:
-        ValueError: for any other value, naming it.
-    """
+
+def env_name() -> str:
+    """``BQ_PLATFORM_ENV``: ``local`` (default, also when empty) or ``prod``; else ValueError."""
     env = os.environ.get("BQ_PLATFORM_ENV") or "local"
     if env not in ENVIRONMENTS:
         raise unknown_environment(env)
@@ -77,52 +73,76 @@ def local_lake() -> Path:
 
 
 def first_hour() -> dt.datetime:
-    """The first hourly partition, UTC: ``BQ_PLATFORM_FIRST_HOUR`` (``YYYY-MM-DDTHH``; the
-    pre-issue-8 spelling ``YYYY-MM-DD-HH:00`` too), default :data:`DEFAULT_FIRST_HOUR`.
-
-    Raises:
-        ValueError: if the variable is set to something else
-            (:func:`~bq_platform.lib.core.hours.parse_hour`).
-    """
+    """The first hourly partition, UTC: ``BQ_PLATFORM_FIRST_HOUR`` (``YYYY-MM-DDTHH`` or
+    ``YYYY-MM-DD-HH:00``), default :data:`DEFAULT_FIRST_HOUR`; ValueError if malformed."""
     return parse_hour(os.environ.get("BQ_PLATFORM_FIRST_HOUR") or DEFAULT_FIRST_HOUR)
 
 
+def gcp_project() -> str | None:
+    """``BQ_PLATFORM_GCP_PROJECT``, or None when unset or empty."""
+    return os.environ.get("BQ_PLATFORM_GCP_PROJECT") or None
+
+
 def object_store(env: str) -> ObjectStore:
-    """The lake of ``env``: what ``defs/resources.build_resources(env)``'s object store gives
-    inside a run (``test_environment.py`` compares them).
-
-    ``local``: a :class:`~bq_platform.lib.storage.local.LocalObjectStore` on
-    :func:`local_lake`. ``prod``: a :class:`~bq_platform.lib.storage.gcs.GCSObjectStore` on
-    the bucket ``BQ_PLATFORM_BUCKET``, with a client of project ``BQ_PLATFORM_GCP_PROJECT``
-    (Application Default Credentials). Build one per process: a GCS client must not cross a
-    ``fork`` (:mod:`bq_platform.lib.landing.producer.tree`).
-
-    Raises:
-        ValueError: if ``env`` is neither, or a production variable is unset or empty (named).
-    """
+    """The lake of ``env``, as the ``object_store`` resource gives it in a run: ``local``,
+    :func:`local_lake`; ``prod``, the bucket of :data:`GCS_VARIABLES`. Build one per process: a
+    GCS client must not cross a ``fork``. ValueError for another ``env`` or an unset variable."""
     if env == "local":
         from bq_platform.lib.storage.local import LocalObjectStore
 
         return LocalObjectStore(str(local_lake()))
     if env == "prod":
-        missing = [name for name in _GCS_VARIABLES if not os.environ.get(name)]
+        missing = unset_variables(GCS_VARIABLES)
         if missing:
             raise _unset_in_production(missing)
         from bq_platform.lib.storage.gcs import GCSObjectStore, storage_client
 
-        project, bucket = (os.environ[name] for name in _GCS_VARIABLES)
+        project, bucket = (os.environ[name] for name in GCS_VARIABLES)
         return GCSObjectStore(bucket, storage_client(project))
     raise unknown_environment(env)
 
 
-def visitor_key(env: str) -> str:
-    """The key of the visitor-ID HMAC (:mod:`bq_platform.lib.core.pseudonymize`):
-    ``BQ_PLATFORM_VISITOR_KEY``, or locally :data:`LOCAL_VISITOR_KEY` when it is unset or empty.
+@dataclasses.dataclass(frozen=True)
+class BigQueryTarget:
+    """Where production publishes: the ``project`` that runs the jobs, the ``dataset``, the
+    lake's ``bucket``, the dataset's ``location`` and the ``job_id_prefix`` of every job ID."""
 
-    Raises:
-        ValueError: if ``env`` is ``prod`` and the variable is unset or empty (a production
-            build must never key visitors with the development key), or ``env`` is unknown.
-    """
+    project: str
+    dataset: str
+    bucket: str
+    location: str
+    job_id_prefix: str
+
+
+def bigquery_location() -> str:
+    """``BQ_PLATFORM_BQ_LOCATION``: the dataset's location, default ``US``."""
+    return os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US")
+
+
+def bigquery_job_prefix() -> str:
+    """``BQ_PLATFORM_BQ_JOB_PREFIX``: prepended to every BigQuery job ID, default empty."""
+    return os.environ.get("BQ_PLATFORM_BQ_JOB_PREFIX", "")
+
+
+def bigquery_target() -> BigQueryTarget:
+    """The production warehouse; ValueError naming the unset :data:`BIGQUERY_VARIABLES`."""
+    missing = unset_variables(BIGQUERY_VARIABLES)
+    if missing:
+        raise _unset_in_production(missing)
+    project, dataset, bucket = (os.environ[name] for name in BIGQUERY_VARIABLES)
+    return BigQueryTarget(
+        project=project,
+        dataset=dataset,
+        bucket=bucket,
+        location=bigquery_location(),
+        job_id_prefix=bigquery_job_prefix(),
+    )
+
+
+def visitor_key(env: str) -> str:
+    """The visitor-ID HMAC key: ``BQ_PLATFORM_VISITOR_KEY``, locally :data:`LOCAL_VISITOR_KEY`
+    when unset. ValueError if it is unset in ``prod`` (production must never use the
+    development key) or ``env`` is unknown."""
     key = os.environ.get("BQ_PLATFORM_VISITOR_KEY")
     if env == "local":
         return key or LOCAL_VISITOR_KEY
@@ -134,15 +154,9 @@ def visitor_key(env: str) -> str:
 
 
 def pipeline_settings(env: str) -> dict[str, Any]:
-    """The fields of ``defs/resources.PipelineSettings`` that the environment sets, besides the
-    visitor key: ``BQ_PLATFORM_JOB_BUDGET``, ``BQ_PLATFORM_LINES_PER_PASS``,
-    ``BQ_PLATFORM_LOOKBACK_DAYS``, ``BQ_PLATFORM_MAX_REJECTED_SHARE`` and
-    ``BQ_PLATFORM_REPORTS_URL`` (``local`` default :data:`LOCAL_REPORTS_URL`); an unset one is
-    left to the field's default.
-
-    Raises:
-        ValueError: naming the variable, if one is malformed.
-    """
+    """The ``PipelineSettings`` fields the environment sets besides the visitor key (unset:
+    the field's default; ``local`` reports URL: :data:`LOCAL_REPORTS_URL`). ValueError names a
+    malformed variable."""
     return {
         **_whole_numbers(),
         **_quality(),
@@ -151,13 +165,8 @@ def pipeline_settings(env: str) -> dict[str, Any]:
 
 
 def _whole_numbers() -> dict[str, int]:
-    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day),
-    ``BQ_PLATFORM_LINES_PER_PASS`` (lines per Spark pass) and ``BQ_PLATFORM_LOOKBACK_DAYS``
-    (days planned), when set.
-
-    Raises:
-        ValueError: naming the variable, if one is not a positive whole number.
-    """
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), ``..._LINES_PER_PASS`` and
+    ``..._LOOKBACK_DAYS`` (days), when set; ValueError unless positive whole numbers."""
     out = {}
     for variable, field in (
         ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
@@ -173,24 +182,15 @@ def _whole_numbers() -> dict[str, int]:
     return out
 
 
-#: Where ``make dev`` serves the local ``lake/reports`` folder (``REPORTS_PORT`` in the Makefile).
-LOCAL_REPORTS_URL = "http://127.0.0.1:3001"
-
-
 def _reports(default: str = "") -> dict[str, str]:
-    """``BQ_PLATFORM_REPORTS_URL`` (see ``defs/resources.PipelineSettings``; set but empty: no
-    picture in the UI), else ``default``."""
+    """``BQ_PLATFORM_REPORTS_URL`` (set but empty: no picture in the UI), else ``default``."""
     value = os.environ.get("BQ_PLATFORM_REPORTS_URL")
     value = default if value is None else value.strip()
     return {"reports_url": value} if value else {}
 
 
 def _quality() -> dict[str, float]:
-    """``BQ_PLATFORM_MAX_REJECTED_SHARE`` (a share 0..1, e.g. ``0.05``), when set.
-
-    Raises:
-        ValueError: naming the variable, if it is not a number between 0 and 1.
-    """
+    """``BQ_PLATFORM_MAX_REJECTED_SHARE`` (0..1, e.g. ``0.05``) when set; else ValueError."""
     value = os.environ.get("BQ_PLATFORM_MAX_REJECTED_SHARE")
     if not value:
         return {}
@@ -204,3 +204,46 @@ def _quality() -> dict[str, float]:
             f"got {value!r}"
         )
     return {"max_rejected_share": share}
+
+
+def application_environment(*, visitor_key: str, lines_per_pass: int) -> dict[str, str]:
+    """The variables that hand these settings to a child process (the Spark application of
+    :mod:`bq_platform.spark_apps.build_hours`, which reads them back here)."""
+    return {
+        "BQ_PLATFORM_VISITOR_KEY": visitor_key,
+        "BQ_PLATFORM_LINES_PER_PASS": str(lines_per_pass),
+    }
+
+
+def spark_master(default: str = "local[*]") -> str:
+    """``BQ_PLATFORM_SPARK_MASTER`` (``local[N]``, ``spark://``, ``yarn``...), else ``default``."""
+    return os.environ.get("BQ_PLATFORM_SPARK_MASTER", default)
+
+
+def shuffle_partitions(default: int) -> int:
+    """``BQ_PLATFORM_SHUFFLE_PARTITIONS`` else ``default``; ValueError if not a whole number."""
+    return int(os.environ.get("BQ_PLATFORM_SHUFFLE_PARTITIONS", str(default)))
+
+
+def spark_driver_memory() -> str:
+    """``BQ_PLATFORM_SPARK_DRIVER_MEMORY``: ``spark.driver.memory``, default ``2g``."""
+    return os.environ.get("BQ_PLATFORM_SPARK_DRIVER_MEMORY", "2g")
+
+
+def spark_verbose() -> bool:
+    """Whether :data:`SPARK_VERBOSE` is set: Spark's console log in full, not errors only."""
+    return bool(os.environ.get(SPARK_VERBOSE))
+
+
+def hourly_build() -> str:
+    """``BQ_PLATFORM_BUILD``: one of :data:`BUILDS`, the first if unset/empty; else ValueError."""
+    build = os.environ.get("BQ_PLATFORM_BUILD") or BUILDS[0]
+    if build not in BUILDS:
+        raise ValueError(f"BQ_PLATFORM_BUILD must be one of {', '.join(BUILDS)}, got {build!r}")
+    return build
+
+
+def spark_submit() -> str:
+    """``BQ_PLATFORM_SPARK_SUBMIT``: the ``spark-submit`` program to run; empty (the default):
+    the one installed with PySpark."""
+    return os.environ.get("BQ_PLATFORM_SPARK_SUBMIT", "")

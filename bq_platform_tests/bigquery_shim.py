@@ -1,12 +1,14 @@
 """BigQueryShim: what bqemulator lacks of BigQuery's documented behaviour, answered in front of it.
 
 TEST CODE ONLY: never import this from ``bq_platform``. The production adapter
-(:class:`bq_platform.lib.warehouse.bigquery.warehouse.BigQueryWarehouse`) talks to bqemulator through a
+(:class:`~bq_platform.lib.warehouse.bigquery.warehouse.BigQueryWarehouse`) talks to bqemulator
+through a
 :class:`~bq_platform_tests.http_recording.RecordingSession` that has a :class:`BigQueryShim` as its
 responder. The shim answers the requests below itself, the way BigQuery documents them, by
 running plain SQL and whole-table loads on the emulator (which it does support), and passes
 every other request through unchanged. Each behaviour names its source and the emulator gap it
-covers; ``bq_platform_tests/lib/warehouse/bigquery/test_warehouse.py`` keeps a test per gap that runs the
+covers; ``bq_platform_tests/lib/warehouse/bigquery/test_warehouse.py`` keeps a test per gap that
+runs the
 raw emulator and fails the day the emulator learns the behaviour, so the shim can shrink.
 
 Behaviours (cloud.google.com pages unless stated):

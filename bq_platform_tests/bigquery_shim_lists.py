@@ -4,7 +4,7 @@ of ``table$YYYYMMDD`` answered in front of bqemulator (TEST CODE ONLY).
 BigQuery lists one day partition's rows when ``tabledata.list`` names ``table$YYYYMMDD``
 (cloud.google.com/bigquery/docs/reference/rest/v2/tabledata/list; a decorator addresses one
 partition: cloud.google.com/bigquery/docs/managing-partitioned-table-data). bqemulator answers
-404 (``bq_platform_tests/lib/warehouse/bigquery/test_emulator_gaps.py::test_gap_decorator_on_tabledata_list``).
+404 (``test_emulator_gaps.py::test_gap_decorator_on_tabledata_list``).
 The shim lists the whole table on the emulator (same ``selectedFields``, every page) and keeps
 the rows whose partition column is that day, in one page.
 """

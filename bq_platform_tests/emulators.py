@@ -224,9 +224,9 @@ class BigQueryEmulator:
     def warehouse(
         self, dataset: str, session: requests.Session | None = None, job_id_prefix: str = ""
     ) -> Any:
-        """The production ``BigQueryWarehouse`` on this emulator, as every emulator test and
-        ``scripts/bench_http.py`` configure it: API and job retries capped at 5 s (an emulator
-        gap must fail fast, never wait BigQuery's 10 minutes) and 10-50 ms job polling.
+        """The production ``BigQueryWarehouse`` on this emulator, as every emulator test
+        configures it: API and job retries capped at 5 s (an emulator gap must fail fast, never
+        wait BigQuery's 10 minutes) and 10-50 ms job polling.
 
         Args:
             dataset: the dataset of the warehouse object.
@@ -234,7 +234,7 @@ class BigQueryEmulator:
             job_id_prefix: prefix of every job ID (job IDs are project-wide; tests that share
                 the emulator's project give each dataset its own).
         """
-        from bq_platform.lib.gcp_retries import api_retry, query_job_retry
+        from bq_platform.lib.warehouse.bigquery.retries import api_retry, query_job_retry
         from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 
         return BigQueryWarehouse(
@@ -254,9 +254,9 @@ class BigQueryEmulator:
 def running_gcs_emulator(root: Path) -> Iterator[GCSEmulator]:
     """Start gcp-storage-emulator on a free loopback port; stop it on exit.
 
-    A plain context manager (the :func:`gcs_emulator` fixture and ``scripts/bench_http.py``
-    use it). While it runs, ``NO_PROXY``/``no_proxy`` in ``os.environ`` include loopback (the
-    official clients honour ``HTTP(S)_PROXY``); they are restored on exit.
+    A plain context manager (the :func:`gcs_emulator` fixture uses it). While it runs,
+    ``NO_PROXY``/``no_proxy`` in ``os.environ`` include loopback (the official clients honour
+    ``HTTP(S)_PROXY``); they are restored on exit.
 
     Args:
         root: an empty folder for the data (``root/data``) and the log
@@ -298,8 +298,7 @@ def running_gcs_emulator(root: Path) -> Iterator[GCSEmulator]:
 def running_bq_emulator(root: Path, storage_root: Path) -> Iterator[BigQueryEmulator]:
     """Start bqemulator on a free loopback port, reading gs:// from ``storage_root``.
 
-    A plain context manager (the :func:`bq_emulator` fixture and ``scripts/bench_http.py``
-    use it).
+    A plain context manager (the :func:`bq_emulator` fixture uses it).
 
     Args:
         root: an empty folder for its ``HOME`` (DuckDB extensions) and its log

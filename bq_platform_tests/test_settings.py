@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bq_platform.defs.resources import build_resources, resolved
 from bq_platform import settings as environment
+from bq_platform.defs.resources import build_resources, resolved
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore
 
@@ -70,7 +70,7 @@ def test_the_first_hour_from_the_environment(monkeypatch) -> None:
     assert environment.first_hour() == dt.datetime(1995, 8, 1, tzinfo=dt.UTC)
     monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29T05")
     assert environment.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
-    monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29-05:00")  # before issue 8
+    monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29-05:00")  # the older spelling
     assert environment.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
     monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "yesterday")
     with pytest.raises(ValueError, match="not a UTC hour: 'yesterday'"):
@@ -99,9 +99,9 @@ def test_local_resources_are_left_as_they_are(monkeypatch, tmp_path) -> None:
 
 
 def test_landing_a_tree_imports_no_dagster(tmp_path) -> None:
-    """``land-tree`` reads its settings and builds its store through lib/environment, so it
-    imports no Dagster (~1 s of CPU per process, issue 9). One worker: the sites land in this
-    process, which then has done all a forked worker does."""
+    """``land-tree`` reads its settings and builds its store through settings.py, so it
+    imports no Dagster. One worker: the sites land in this process, which then has done all a
+    forked worker does."""
     for name in ("epa.gov", "nasa.gov"):
         site = tmp_path / "tree" / name
         site.mkdir(parents=True)
@@ -140,3 +140,66 @@ def test_the_visitor_key_is_the_resources_key(monkeypatch, prod_env) -> None:
     assert build_resources("local")["settings"].visitor_key == environment.LOCAL_VISITOR_KEY
     with pytest.raises(ValueError, match="set BQ_PLATFORM_VISITOR_KEY"):
         environment.visitor_key("prod")
+
+
+def test_the_production_warehouse_is_the_resources_warehouse(prod_env, monkeypatch) -> None:
+    target = environment.bigquery_target()
+    bound = resolved(build_resources("prod")["warehouse"])
+    assert (target.project, target.dataset, target.bucket) == (
+        "the-project",
+        "the_dataset",
+        "the-bucket",
+    )
+    assert (target.location, target.job_id_prefix) == ("US", "")
+    assert (bound.project, bound.dataset, bound.location, bound.job_id_prefix) == (
+        target.project,
+        target.dataset,
+        target.location,
+        target.job_id_prefix,
+    )
+    monkeypatch.setenv("BQ_PLATFORM_BQ_LOCATION", "EU")
+    monkeypatch.setenv("BQ_PLATFORM_BQ_JOB_PREFIX", "staging_")
+    assert environment.bigquery_target().location == "EU"
+    assert resolved(build_resources("prod")["warehouse"]).job_id_prefix == "staging_"
+    monkeypatch.delenv("BQ_PLATFORM_BQ_DATASET")
+    with pytest.raises(ValueError, match="set BQ_PLATFORM_BQ_DATASET "):
+        environment.bigquery_target()
+
+
+def test_the_spark_settings_and_their_defaults(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    for name in (
+        "BQ_PLATFORM_SPARK_MASTER",
+        "BQ_PLATFORM_SHUFFLE_PARTITIONS",
+        "BQ_PLATFORM_SPARK_DRIVER_MEMORY",
+        "BQ_PLATFORM_SPARK_VERBOSE",
+        "BQ_PLATFORM_BUILD",
+        "BQ_PLATFORM_SPARK_SUBMIT",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    assert environment.spark_master() == "local[*]" and environment.spark_master("yarn") == "yarn"
+    assert environment.shuffle_partitions(64) == 64
+    assert environment.spark_driver_memory() == "2g" and not environment.spark_verbose()
+    assert (environment.hourly_build(), environment.spark_submit()) == ("in-process", "")
+    local = build_resources("local")["spark"].spark_config
+    assert (local["spark.master"], local["spark.driver.memory"]) == ("local[*]", "2g")
+
+    monkeypatch.setenv("BQ_PLATFORM_SPARK_MASTER", "local[1]")
+    monkeypatch.setenv("BQ_PLATFORM_SPARK_DRIVER_MEMORY", "4g")
+    monkeypatch.setenv(environment.SPARK_VERBOSE, "1")
+    local = build_resources("local")["spark"].spark_config
+    assert (local["spark.master"], local["spark.driver.memory"]) == ("local[1]", "4g")
+    assert "log4j2" not in local["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("BQ_PLATFORM_BUILD", "elsewhere")
+    with pytest.raises(ValueError, match="BQ_PLATFORM_BUILD must be one of in-process, spark-"):
+        environment.hourly_build()
+
+
+def test_the_application_gets_the_runs_settings_back(monkeypatch) -> None:
+    """What a launcher hands a build application is what the application reads here."""
+    for name, value in environment.application_environment(
+        visitor_key="the-runs-key", lines_per_pass=7
+    ).items():
+        monkeypatch.setenv(name, value)
+    assert environment.visitor_key("prod") == "the-runs-key"
+    assert environment.pipeline_settings("prod")["lines_per_pass"] == 7

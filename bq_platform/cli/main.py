@@ -1,26 +1,11 @@
 """``bq-platform``: land access logs and run the pipeline through Dagster from a shell.
 
-Commands:
-
-- ``bq-platform land --site SITE [--source NAME] FILE...``: land the new lines of log files
-  (plain or gzip) into the landing zone, split by UTC hour, one manifest per object; a file
-  landed again adds only what it gained, and broken landed objects are repaired.
-- ``bq-platform land-tree [--workers N] DIR``: land every file of ``DIR/<site>/`` (site =
-  folder name), several sites at a time in worker processes.
-- ``bq-platform run [--start H --end H]``: build, stage, audit and publish every day with
-  landed data not yet processed (or the given UTC hours), as Dagster runs recorded in the
-  instance under ``$DAGSTER_HOME`` (default ``.bq_platform/dagster_home``), so ``dagster dev``
-  shows them. Prints one line per step and day, then a summary per day and site; ``-v`` shows
-  every log line. One ``run`` at a time per data folder: a second one waits for the first
-  (``--wait`` seconds, default one hour; ``--wait 0`` refuses at once), see
-  :mod:`bq_platform.cli.instance`.
-- ``bq-platform summary``: the summary alone, from the audit table.
-- ``bq-platform deadletters``: rejected and out-of-window lines of the current attempts, counts
-  per reason first, then samples.
+Each command's docstring is its ``--help``. ``run`` records Dagster runs in the instance under
+``$DAGSTER_HOME`` (default ``.bq_platform/dagster_home``), so ``dagster dev`` shows them; one
+``run`` at a time per data folder (:mod:`bq_platform.cli.instance`).
 """
 
 import datetime as dt
-import gc
 import logging
 import os
 import sys
@@ -31,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bq_platform.cli.plan import plan as plan_command
 from bq_platform import settings as environment
+from bq_platform.cli.plan import plan as plan_command
 from bq_platform.lib.core.hours import hours_between
 from bq_platform.lib.core.layout import parse_hour_label
 
 if TYPE_CHECKING:
-    from bq_platform.lib.storage.base import ObjectStore
     from bq_platform.cli.runner import PipelineRunner
+    from bq_platform.lib.storage.base import ObjectStore
 
 log = logging.getLogger("bq_platform")
 
@@ -52,17 +37,14 @@ def _home() -> Path:
 
 def _ensure_dagster_home() -> Path:
     """Use ``$DAGSTER_HOME``, else ``<BQ_PLATFORM_HOME>/dagster_home``, with a dagster.yaml that
-    has every block of :func:`bq_platform.cli.instance.instance_blocks`, its event log in this
-    home (:func:`bq_platform.cli.instance.prepare_home`; its line goes to stderr)."""
-    from bq_platform.cli.instance import dagster_home, prepare_home
+    has every block of :data:`bq_platform.cli.instance.INSTANCE_BLOCKS`."""
+    from bq_platform.cli.instance import dagster_home, ensure_dagster_yaml
 
     home = dagster_home(_home() / "dagster_home")
     try:
-        moved = prepare_home(home)
+        ensure_dagster_yaml(home)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    if moved:
-        click.echo(moved, err=True)
     return home
 
 
@@ -99,7 +81,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     if verbose:
-        os.environ["BQ_PLATFORM_SPARK_VERBOSE"] = "1"  # read by lib/build/spark.py
+        os.environ[environment.SPARK_VERBOSE] = "1"  # read by environment.spark_verbose
 
 
 def _landed_summary(landed: Sequence[Any]) -> str:
@@ -134,7 +116,8 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
     (a growing log counts once), repairs landed objects that went missing or corrupt, and
     starts over when the file was rotated or truncated.
     """
-    from bq_platform.lib.landing.producer.land import LandingError, land_file
+    from bq_platform.lib.core.manifest import LandingError
+    from bq_platform.lib.landing.producer.land import land_file
 
     if source is not None and len(files) != 1:
         raise click.UsageError("--source names one file: give exactly one FILE with it")
@@ -163,10 +146,9 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
 def land_tree(root: str, workers: int | None) -> None:
     """Land every file under ROOT/<site>/ (the folder name is the site; each file a source).
 
-    Sites land in parallel (:mod:`bq_platform.lib.landing.producer.tree`); one line per site, in
-    name order.
+    Sites land in parallel; one line per site, in name order.
     """
-    from bq_platform.lib.landing.producer.land import LandingError
+    from bq_platform.lib.core.manifest import LandingError
     from bq_platform.lib.landing.producer.tree import default_workers, land_sites, site_folders
 
     try:
@@ -184,8 +166,7 @@ def land_tree(root: str, workers: int | None) -> None:
 
 
 def _landing_store() -> "ObjectStore":
-    """The environment's object store (built in each landing worker, after its fork), without
-    Dagster (:mod:`bq_platform.settings`)."""
+    """The environment's object store, without Dagster (built in each worker, after its fork)."""
     try:
         return environment.object_store(environment.env_name())
     except ValueError as exc:
@@ -232,15 +213,10 @@ def run(
     try:
         with run_lock(home, wait_seconds, on_wait=lambda m: click.echo(m, err=True)):
             # The config written, the instance created and its SQLite schema migrated by the
-            # lock holder only (issue 7).
+            # lock holder only.
             _ensure_dagster_home()
-            runner = _runner(
-                echo=click.echo,
-                verbose=ctx.obj["verbose"],
-                release_spark=ctx.obj.get("release_spark", False),
-            )
+            runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"])
             started = time.monotonic()
-            # Planned before the instance opens: a due build's JVM starts now (issue 9).
             todo = runner.plan(hours, force)
             with dg.DagsterInstance.get() as instance:
                 for run_id in fail_dead_runs(instance):
@@ -286,9 +262,7 @@ def _run(
 def home() -> None:
     """Prepare the Dagster home that `run` and `make dev` use, and print its path.
 
-    Writes its dagster.yaml (or adds the blocks an older one lacks) and, after the data folder
-    was moved, points its event log at the new place (one line on stderr). `make dev` runs it
-    before `dagster dev`; `run` does the same by itself.
+    Writes its dagster.yaml, or adds the blocks it lacks; `run` does the same by itself.
     """
     click.echo(_ensure_dagster_home())
 
@@ -310,11 +284,10 @@ def summary() -> None:
 def deadletters(start: str | None, end: str | None, reason: str | None, limit: int) -> None:
     """List rejected and out-of-window lines: counts per reason, then samples.
 
-    Reads the dead-letter files that the hour manifests name (the current attempt of each
-    hour, never a superseded one), from the lake, in both environments.
+    Reads the dead-letter files the hour manifests name (current attempts only).
     """
-    from bq_platform.lib.quality.deadletters import built_hours, cut, read_dead_letters, summarize
     from bq_platform.lib.core.layout import hour_label
+    from bq_platform.lib.quality.deadletters import built_hours, cut, read_dead_letters, summarize
 
     store = _landing_store()
     hours = _hour_range(start, end) or built_hours(store)
@@ -337,39 +310,3 @@ def deadletters(start: str | None, end: str | None, reason: str | None, limit: i
 
 
 main.add_command(plan_command)
-
-
-#: The cyclic collector's thresholds of the console script (``gc.set_threshold``,
-#: docs.python.org/3/library/gc.html#gc.set_threshold; CPython's default is (700, 10, 10)): a
-#: youngest-generation collection every 10,000 net allocations instead of 700. With the
-#: default, a 1x ``bq-platform run`` of the bench made ~910 young and 6 full collections on its
-#: main thread, 0.41-0.52 s of them full ones (0.09-0.15 s each while Dagster, DuckDB and PySpark
-#: are imported, and one after the build); with these, ~55 young and no full one, 0.20-0.22 s in
-#: all (issue 9, docs/PERFORMANCE.md, "The collector's thresholds ..."). Reference counting
-#: still frees almost every object at once; only cycles wait longer.
-COLLECTOR_THRESHOLDS = (10_000, 10, 10)
-
-
-def console_main() -> None:
-    """The ``bq-platform`` console script: :func:`main` with :data:`COLLECTOR_THRESHOLDS` and
-    ``release_spark`` in click's context object (``bq-platform run`` then stops its Spark
-    session once its last build is done: ``PipelineRunner.release_spark``), then a quick
-    interpreter exit. :func:`main` called in a test process (click's ``CliRunner``) leaves the
-    session, which the tests share, alone.
-
-    The command's result is :func:`main`'s (click exits with its status). Before the
-    interpreter finalizes, every object is moved to the collector's permanent generation
-    (``gc.freeze``, docs.python.org/3/library/gc.html#gc.freeze): objects are still freed by
-    reference count at shutdown, and files, connections and ``atexit`` handlers close as
-    before, but the interpreter's final collections no longer trace the ~350k objects that
-    Dagster, DuckDB and PySpark leave: 0.5-0.6 s off every ``bq-platform run`` after its last
-    line (issue 9, docs/PERFORMANCE.md, "Dagster's asset events in batches, and the interpreter's
-    exit"). Only the console script
-    does this; :func:`main` called in a test process (click's ``CliRunner``) leaves the
-    collector alone.
-    """
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
-    try:
-        main(obj={"release_spark": True})
-    finally:
-        gc.freeze()

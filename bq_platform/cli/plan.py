@@ -1,39 +1,35 @@
 """``bq-platform plan``: the BigQuery requests a production run would send, before it runs.
 
-Reads the production settings from the environment (``BQ_PLATFORM_GCP_PROJECT``,
-``BQ_PLATFORM_BQ_DATASET``, ``BQ_PLATFORM_BUCKET``, optional ``BQ_PLATFORM_BQ_LOCATION``,
-``BQ_PLATFORM_BQ_JOB_PREFIX``, ``BQ_PLATFORM_JOB_BUDGET``, ``BQ_PLATFORM_LOOKBACK_DAYS``),
-builds the production adapter with a recording transport
-(:mod:`bq_platform.lib.warehouse.recording`) and runs the publish protocol in plan mode
-(:mod:`bq_platform.lib.publish.plan`).
-
-- Online (default, ``BQ_PLATFORM_ENV=prod``): lists the bucket and reads BigQuery's tables and
-  jobs with Application Default Credentials; submits nothing, runs no query.
-- ``--offline``: no credentials, no network. Reads the built hours of the local lake of
-  ``make run`` (``$BQ_PLATFORM_HOME/lake``) and renders the requests into an empty dataset,
-  with ``gs://$BQ_PLATFORM_BUCKET/...`` URIs.
+The publish protocol in plan mode (:mod:`bq_platform.lib.publish.plan`) against the production
+adapter with a recording transport (:mod:`bq_platform.lib.warehouse.recording`). Online it
+reads the bucket and BigQuery with Application Default Credentials and submits nothing;
+``--offline`` reads the local lake of ``make run`` instead, with no credentials or network, and
+renders ``gs://$BQ_PLATFORM_BUCKET/...`` URIs into an empty dataset.
 """
 
 import datetime as dt
-import os
 import sys
 
 import click
 
+from bq_platform import settings as environment
 from bq_platform.lib.core.hours import day_hours, hours_between, parse_hour_label
 
-_REQUIRED = ("BQ_PLATFORM_GCP_PROJECT", "BQ_PLATFORM_BQ_DATASET", "BQ_PLATFORM_BUCKET")
 
-
-def _settings() -> dict[str, str]:
-    missing = [name for name in _REQUIRED if not os.environ.get(name)]
-    if os.environ.get("BQ_PLATFORM_ENV", "local") != "prod" or missing:
+def _target() -> environment.BigQueryTarget:
+    """The production warehouse, or a usage error when this is not a production environment."""
+    try:
+        prod = environment.env_name() == "prod"
+    except ValueError:
+        prod = False
+    missing = environment.unset_variables(environment.BIGQUERY_VARIABLES)
+    if not prod or missing:
         raise click.UsageError(
             "plan renders the requests of a production run: set BQ_PLATFORM_ENV=prod and "
-            + ", ".join(_REQUIRED)
+            + ", ".join(environment.BIGQUERY_VARIABLES)
             + (f" (missing: {', '.join(missing)})" if missing else "")
         )
-    return {name: os.environ[name] for name in _REQUIRED}
+    return environment.bigquery_target()
 
 
 @click.command()
@@ -51,32 +47,29 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
     import google.auth.transport.requests
 
     from bq_platform.defs.resources import build_resources
-    from bq_platform.settings import local_lake
-    from bq_platform.lib.storage.gcs import GCSObjectStore, storage_client
-    from bq_platform.lib.storage.local import LocalObjectStore
     from bq_platform.lib.planning import scan_window
     from bq_platform.lib.publish.plan import build_plan, describe
-    from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
+    from bq_platform.lib.storage.gcs import GCSObjectStore, storage_client
+    from bq_platform.lib.storage.local import LocalObjectStore
     from bq_platform.lib.warehouse.bigquery.client import bigquery_client
+    from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
     from bq_platform.lib.warehouse.recording import RecordingSession
 
-    settings = _settings()
+    target = _target()
     try:  # the deployment's own settings: job budget, lookback window (validated there)
         pipeline = build_resources("prod")["settings"]
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    project, dataset = settings["BQ_PLATFORM_GCP_PROJECT"], settings["BQ_PLATFORM_BQ_DATASET"]
-    bucket = settings["BQ_PLATFORM_BUCKET"]
-    location = os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US")
+    project, dataset, location = target.project, target.dataset, target.location
     if offline:
-        store = GsUriStore(LocalObjectStore(str(local_lake())), bucket)
+        store = GsUriStore(LocalObjectStore(str(environment.local_lake())), target.bucket)
         session = RecordingSession(offline=True, location=location)
         credentials = google.auth.credentials.AnonymousCredentials()
     else:
         credentials, _ = google.auth.default(
             scopes=["https://www.googleapis.com/auth/cloud-platform"]
         )
-        store = GCSObjectStore(bucket, storage_client(project))
+        store = GCSObjectStore(target.bucket, storage_client(project))
         inner = google.auth.transport.requests.AuthorizedSession(credentials)
         session = RecordingSession(inner, offline=False, location=location)
     client = bigquery_client(project, location, credentials=credentials, http=session)
@@ -85,7 +78,7 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
         project,
         dataset,
         location=location,
-        job_id_prefix=os.environ.get("BQ_PLATFORM_BQ_JOB_PREFIX", ""),
+        job_id_prefix=target.job_id_prefix,
     )
     if start or end:
         if not (start and end):
@@ -115,11 +108,8 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
 
 
 class GsUriStore:
-    """A read-only view of a local lake whose URIs are rendered as ``gs://<bucket>/<key>``.
-
-    ``plan --offline`` reads the local lake of ``make run`` but must print the URIs a
-    production run would send (the production store's keys are the same).
-    """
+    """A read-only view of a local lake with the production store's URIs,
+    ``gs://<bucket>/<key>`` (the keys are the same)."""
 
     def __init__(self, inner: object, bucket: str) -> None:
         self._inner = inner

@@ -1,21 +1,6 @@
-"""The quiet output's progress lines of one in-process Dagster run, printed while it runs.
-
-``bq-platform run`` executes its runs in-process with Dagster's console log off (one line per
-step instead of every event). Printing those lines only once a run returned left the CLI
-silent for the whole build: ~30 s at the bench's 1x, minutes at 16x. :class:`RunProgress`
-reads the run's new event-log records from a thread every :data:`POLL_SECONDS` while the run
-executes (what the Dagster UI does from another process while runs write: a read is one short
-query, and SQLite makes a writer that meets it wait, up to its busy timeout of seconds, rather
-than fail) and prints:
-
-- the build's pass lines (:data:`bq_platform.lib.core.reporting.PASS_PROGRESS`), as Spark starts each
-  pass;
-- one line per asset when its first materialization is stored (a range step stores one per
-  partition, each carrying the step's totals), with the counts of :data:`PROGRESS_FIELDS`.
-
-Progress is best effort: a failed read skips that poll. After the run, :meth:`RunProgress.done`
-reads what is left and prints the step lines no poll printed from the run's own events, so each
-asset's line is printed once whatever the polls saw.
+"""Progress lines of an in-process Dagster run whose console log is off, printed as it runs:
+the build's pass lines and one line per asset, from the run's new event-log records. Best
+effort: a failed read skips that poll; :meth:`RunProgress.done` prints each asset's line anyway.
 """
 
 import dataclasses
@@ -27,8 +12,7 @@ import dagster as dg
 
 from bq_platform.lib.core.reporting import PASS_PROGRESS, STEP_TOTALS
 
-#: Seconds between two reads of the run's new records (each a small query on the run's shard,
-#: a few ms of the driver's Python while Spark holds both cores: a second is fine for people).
+#: Seconds between two reads of the run's new records.
 POLL_SECONDS = 1.0
 #: Metadata shown in a step's line, in this order, when the step has it.
 PROGRESS_FIELDS = (
@@ -67,11 +51,8 @@ def step_line(metadata: Mapping[str, Any]) -> str:
 
 @dataclasses.dataclass
 class RunProgress:
-    """Prints the progress of the run ``run_id`` as ``'<label>:   <line>'`` through ``echo``.
-
-    Use :meth:`start` before the run is launched (with that ``run_id``) and :meth:`done` with
-    its result after it returned.
-    """
+    """Prints the progress of the run ``run_id`` as ``'<label>:   <line>'`` through ``echo``:
+    :meth:`start` before the run is launched, :meth:`done` with its result after it returned."""
 
     instance: dg.DagsterInstance
     run_id: str
@@ -92,8 +73,7 @@ class RunProgress:
         return self
 
     def done(self, result: Any) -> None:
-        """Stop polling, print what the polls have not, then the step lines of ``result``'s
-        materializations that are still missing (from the run's own events, not the store)."""
+        """Stop polling, then print what the polls have not (from ``result``'s own events)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

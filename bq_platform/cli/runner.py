@@ -1,48 +1,38 @@
 """Runs the pipeline's Dagster jobs in-process for ``bq-platform run`` and prints summaries.
 
-The due days are built in batches of consecutive days (:func:`~bq_platform.lib.planning.
-batches`, at most :data:`~bq_platform.lib.planning.MAX_BATCH_DAYS`): one run of the hourly job
-over the batch's hours (one Spark pass), then one daily publish run per day, all recorded in the
-instance (``$DAGSTER_HOME``). A batch whose build fails is built again day by day. (A backfill
-from the UI runs 24 hours per run, the assets' backfill policy.)
-A day whose publish records already name its current content is skipped (see
-:mod:`bq_platform.lib.planning`), so a second ``bq-platform run`` changes nothing.
-
-Output: by default one line per step and day with its counts, each failure once (its message,
-no traceback), then the summary; Dagster's per-event console log is off (its events stay in
-the instance and the UI). ``verbose`` turns the console log back on, with tracebacks.
+Due days run in batches of consecutive days (:func:`~bq_platform.lib.planning.batches`): one
+hourly run over the batch's hours (one Spark pass), then the daily publish; a failed batch is
+redone day by day. A day whose publish records already name its current content is skipped, so
+a second ``run`` changes nothing. Unless ``verbose``, Dagster's console log is off and the
+runner prints one line per step and day, and each failure once, without traceback.
 """
 
 import dataclasses
 import datetime as dt
 import functools
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
 from bq_platform.cli.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
+from bq_platform.cli.progress import RunProgress
 from bq_platform.lib.core.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.core.manifest import ManifestError
-from bq_platform.lib.storage.base import ObjectStore
-from bq_platform.lib.planning import batches, plan_day, scan_window
 from bq_platform.lib.core.reporting import summary_table
-from bq_platform.lib.build.retention import clean_staging
+from bq_platform.lib.hourly_build.retention import clean_staging
+from bq_platform.lib.planning import batches, plan_day, scan_window
+from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import Warehouse
-from bq_platform.cli.progress import RunProgress
-
-if TYPE_CHECKING:
-    from bq_platform.defs.pageviews.spark_build import SparkResource
 
 HOURLY_JOB = "pageviews_hourly_job"
 DAILY_JOB = "pageviews_daily_job"
 PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
 # -v: the console shows INFO and up; DEBUG events (every step output) stay in the instance/UI.
 CONSOLE_LOGGING = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
-# Default: no per-event console lines; the runner prints one line per step (issue 7).
+# Default: no per-event console lines; the runner prints one line per step.
 QUIET_LOGGING = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
@@ -51,10 +41,8 @@ class PipelineRunner:
     """Plans and executes runs; ``echo`` prints user-facing lines (click.echo in the CLI)."""
 
     load_definitions: Callable[[], dg.Definitions]
-    """Loads the code location's definitions (in the CLI
-    ``bq_platform.definitions.defs_without_component_catalog``: ~0.4 s of imports and Dagster's
-    defs-folder discovery); called once, when the first run is launched,
-    so the JVM's start overlaps it and a ``run`` with nothing to do skips it (issue 9)."""
+    """Loads the code location's definitions (in the CLI ``bq_platform.definitions.defs``);
+    called once, when the first run is launched, so a ``run`` with nothing to do skips it."""
     store: ObjectStore
     warehouse: Warehouse
     visitor_key: str
@@ -63,27 +51,15 @@ class PipelineRunner:
     """Dagster instance the runs are recorded in; default ``DagsterInstance.get()``."""
     verbose: bool = False
     """Dagster's console log (INFO) and tracebacks, instead of one line per step."""
-    spark: "SparkResource | None" = None
-    """The environment's in-process Spark resource: its session is started in the background
-    once a build is due (:meth:`SparkResource.start_in_background`); None: the run starts it,
-    or the build is launched out of process (:mod:`bq_platform.defs.pageviews.spark_build`)."""
-    release_spark: bool = False
-    """Stop the Spark session once the last batch is built, beside the publish runs
-    (:func:`~bq_platform.defs.pageviews.spark_build.stop_session_in_background`); ``bq-platform``'s
-    console script sets it. Off, the session lives as long as the process (a test process
-    shares one session between tests)."""
     lookback_days: int = 0
-    """Plan only the UTC days from this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``,
-    :func:`~bq_platform.lib.planning.lookback_start`); 0: every landed day."""
+    """Plan only the UTC days from this many days before today on; 0: every landed day."""
     processed_days: list[dt.date] = dataclasses.field(default_factory=list)
     landed_days: list[dt.date] = dataclasses.field(default_factory=list)
-    """The landed days :meth:`run` planned (a scan of every landed manifest, ~1 s at 3,600
-    files), kept for the summary of a run that had nothing to do."""
+    """The landed days :meth:`run` planned (a scan of every landed manifest), kept for the
+    summary of a run that had nothing to do."""
     check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
         default_factory=dict
     )
-    _spark_stop: threading.Thread | None = dataclasses.field(default=None, init=False, repr=False)
-    """The thread stopping the Spark session, once the last build is done."""
 
     @classmethod
     def from_environment(
@@ -92,17 +68,15 @@ class PipelineRunner:
         echo: Callable[[str], Any] = print,
         instance: dg.DagsterInstance | None = None,
         verbose: bool = False,
-        release_spark: bool = False,
     ) -> "PipelineRunner":
         """Build from the code location's definitions and the resources of ``env``."""
-        from bq_platform.definitions import defs_without_component_catalog
-        from bq_platform.defs.pageviews.spark_build import SparkResource
+        from bq_platform.definitions import defs
         from bq_platform.defs.resources import build_resources, resolved
 
         resources = {key: resolved(value) for key, value in build_resources(env).items()}
         settings = resources["settings"]
         return cls(
-            load_definitions=defs_without_component_catalog,
+            load_definitions=defs,
             store=resources["object_store"].get_store(),
             warehouse=resources["warehouse"].get_warehouse(),
             visitor_key=settings.visitor_key,
@@ -110,8 +84,6 @@ class PipelineRunner:
             echo=echo,
             instance=instance,
             verbose=verbose,
-            release_spark=release_spark,
-            spark=spark if isinstance(spark := resources["spark"], SparkResource) else None,
         )
 
     @functools.cached_property
@@ -130,12 +102,8 @@ class PipelineRunner:
         force: bool = False,
         allow_rejected: bool = False,
     ) -> bool:
-        """Process ``hours`` (grouped by day), or every due day; True if every run succeeded.
-
-        ``allow_incomplete`` / ``allow_rejected``: the publish runs' ``allow_incomplete_hours``
-        and ``allow_rejected_share`` config (the operator's decision, for this run only).
-        :meth:`plan`, then :meth:`execute`.
-        """
+        """:meth:`plan`, then :meth:`execute`; ``allow_*`` set the publish runs' config for
+        this run only."""
         return self.execute(self.plan(hours, force), allow_incomplete, allow_rejected)
 
     def plan(
@@ -143,10 +111,7 @@ class PipelineRunner:
     ) -> dict[dt.date, list[dt.datetime]]:
         """The hours to build, by UTC day: ``hours``, or those of every due landed day (each
         day's verdict echoed; ``force``: every landed day). Reads the landing zone and the
-        warehouse only, then releases the warehouse file; when a build is due, it starts the
-        Spark session in the background (the JVM's ~4 s start then overlaps the Dagster
-        instance, the definitions and the run's creation: ``bq-platform run`` plans before it
-        opens the instance, issue 9).
+        warehouse only, then releases the warehouse file.
         """
         if hours is None:
             index = scan_window(self.store, self.lookback_days)
@@ -167,8 +132,6 @@ class PipelineRunner:
             for hour in hours:
                 todo.setdefault(hour.date(), []).append(hour)
         self.warehouse.close()  # release the file: the runs open their own connections
-        if todo and self.spark is not None:
-            self.spark.start_in_background()  # the JVM starts while Dagster creates the run
         return todo
 
     def execute(
@@ -177,15 +140,11 @@ class PipelineRunner:
         allow_incomplete: bool = False,
         allow_rejected: bool = False,
     ) -> bool:
-        """Build and publish what :meth:`plan` gave, in batches of consecutive days (one hourly
-        run each, then one daily run over the batch's days, or one per day if that run
-        fails); True if every run succeeded (nothing to do: True)."""
+        """Build and publish what :meth:`plan` gave, batch by batch; True if every run
+        succeeded (nothing to do: True)."""
         ok = True
-        groups = batches(todo)
-        for number, batch in enumerate(groups, 1):
-            ok &= self._run_batch(batch, allow_incomplete, allow_rejected, number == len(groups))
-        if self._spark_stop is not None:  # long done: it ran beside the publish
-            self._spark_stop.join(timeout=60)
+        for batch in batches(todo):
+            ok &= self._run_batch(batch, allow_incomplete, allow_rejected)
         return ok
 
     def _run_batch(
@@ -193,20 +152,13 @@ class PipelineRunner:
         batch: dict[dt.date, list[dt.datetime]],
         allow_incomplete: bool,
         allow_rejected: bool,
-        last: bool = False,
     ) -> bool:
-        """Build ``batch`` (consecutive days -> their hours) in one hourly run, then publish its
-        days in one daily run; a failed multi-day build or publish is redone day by day. True
-        if every run succeeded. ``last``: no batch follows, so once its build succeeds no
-        build is left and the Spark session is released (:attr:`release_spark`)."""
+        """One hourly run over ``batch`` (consecutive days -> hours), one daily run over its
+        days; a failed multi-day run is redone day by day. True if every run succeeded."""
         days = sorted(batch)
         label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
         hours = [hour for day in days for hour in batch[day]]
         hourly = self._build(label, hours)
-        if hourly.success and last and self.release_spark and self.spark:
-            from bq_platform.defs.pageviews.spark_build import stop_session_in_background
-
-            self._spark_stop = stop_session_in_background()
         if not hourly.success:
             failure = f"{label}: hourly run {hourly.run_id} FAILED: {self._failure(hourly)}"
             if len(days) == 1:
@@ -216,13 +168,7 @@ class PipelineRunner:
                 return False
             self.echo(f"{failure}; building day by day, so a bad hour holds only its own day")
             results = [
-                self._run_batch(
-                    {d: batch[d]},
-                    allow_incomplete,
-                    allow_rejected,
-                    last and d == days[-1],
-                )
-                for d in days
+                self._run_batch({d: batch[d]}, allow_incomplete, allow_rejected) for d in days
             ]
             return all(results)
         self._record_checks(hourly, days[0] if len(days) == 1 else None)
@@ -263,9 +209,8 @@ class PipelineRunner:
         allow_incomplete: bool,
         allow_rejected: bool,
     ) -> bool:
-        """The daily job over ``days`` (consecutive; one run, a partition range if several:
-        ``bq_platform/defs/daily.py``), in process; prints its steps and each day's verdict.
-        A range's failure is reported in one line (the caller then publishes day by day)."""
+        """One daily run over ``days`` (consecutive: a partition range if several); prints its
+        steps and each day's verdict, or a range's failure in one line."""
         label = str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
         self.echo(f"{label}: publishing")
         config = {
@@ -306,12 +251,9 @@ class PipelineRunner:
         return True
 
     def clean_attempts(self) -> None:
-        """Delete superseded build attempts (:func:`bq_platform.lib.build.retention.clean_staging`:
-        the builds' records every time, every attempt folder once a week).
-
-        Never fails the command: an unreadable manifest or a storage error leaves the attempts
-        for the next run, with one line saying why.
-        """
+        """Delete superseded build attempts
+        (:func:`bq_platform.lib.hourly_build.retention.clean_staging`);
+        never fails the command: on error the attempts wait for the next run, with one line."""
         try:
             report = clean_staging(self.store)
         except (ManifestError, OSError) as exc:

@@ -1,28 +1,10 @@
 """Jobs and the automation that brings every closed day with landed data to published.
 
-- ``pageviews_hourly_job``: pageview files, stage tables and audit for a range of UTC hours
-  (a day's hours run in one Spark session: the assets' backfill policy allows 24 per run).
-- ``pageviews_daily_job``: publishes one UTC day into ``pageviews`` and ``pageviews_sample``,
-  loads its dead letters into ``pageview_deadletters`` and writes its completeness report
-  (``bq-platform run`` gives it a range of days, one per partition: ``defs/daily.py``).
-- ``pageviews_automation_sensor`` (stopped by default; the operator turns it on): every
-  ``MINIMUM_INTERVAL_SECONDS`` it asks :func:`bq_platform.lib.planning.plan_automation` (the
-  same answer ``bq-platform run`` uses) what is due, and requests
-
-  - the hourly job for closed hours whose landed content is new or changed (a late file
-    re-runs its hour), and for a closed day's empty hours (built as empty hours);
-  - the daily job for a closed day whose 24 hours are current but whose published content is
-    not (so a late file republishes its day once its hour is rebuilt).
-
-  It reads what is materialized (hour manifests, publish records), not a cursor, so its first
-  tick on an up-to-date instance requests nothing. Days with a queued or running pipeline run
-  are left alone until it ends. When nothing is requested the tick's skip reason says why.
-
-Why a sensor and not declarative automation (``AutomationCondition``): "what needs to run" is
-content-based (fingerprints of landed files, transform version and key), is also needed by
-the CLI without a Dagster daemon, and must treat hours without any landed file as due once
-their day closes. A sensor calling plain Python keeps that one answer testable and shared;
-conditions would be a second answer in Dagster's terms. See docs/architecture.md.
+The sensor (stopped by default) asks :func:`bq_platform.lib.planning.plan_automation`, the
+answer ``bq-platform run`` uses, what is due; it reads what is materialized, not a cursor.
+A sensor rather than ``AutomationCondition``: "what needs to run" is content-based
+(fingerprints), is needed by the CLI without a daemon too, and counts hours without any landed
+file once their day closes; plain Python keeps that one answer testable and shared.
 """
 
 import datetime as dt

@@ -1,51 +1,37 @@
-"""Asset-check results reported on their partition, also from multi-partition runs.
+"""Asset-check results reported on their partition, also from runs over a partition range.
 
-An asset computes its checks' numbers while it materializes (the numbers are there), and a
-run may cover 24 hourly partitions (the backfill policy). Dagster 1.13's ``AssetCheckResult``
-takes the partition from the run's single ``dagster/partition`` tag, so in a range run it
-would record one result with no partition ("Partition —" in the UI). Instead the asset yields
-one ``dg.AssetCheckEvaluation(partition=...)`` per partition (the event ``AssetCheckResult``
-becomes inside Dagster, see ``dagster/_core/definitions/asset_checks/asset_check_result.py``),
-after one ``dg.Output`` per selected check so the step's check outputs exist. Blocking still
-works: Dagster fails the step after it has recorded every failed blocking ERROR evaluation
-(``execute_step.py``), so each failing hour is shown on its own partition and downstream
-steps do not run.
+``dg.AssetCheckResult`` has no partition: Dagster takes the run's single partition, so a range
+run (a backfill covers 24 hourly partitions per run) would record one result with none. Until
+Dagster supports per-partition results there (dagster-io/dagster#17005, "Partitioned asset
+checks"; dagster-io/dagster#21072, per-partition results from single-run backfills), the asset
+yields one public ``dg.AssetCheckEvaluation(partition=...)`` per partition and check, after one
+``dg.Output`` per selected check so the step's check outputs exist. Dagster still fails the
+step after recording every failed blocking evaluation.
 
-Usage inside an ``@dg.asset`` with ``check_specs`` whose ``partitions_def`` is the asset's::
+Each evaluation is linked to its partition's materialization, as Dagster links an
+``AssetCheckResult`` (the UI's per-partition status counts only linked evaluations). Dagster
+exports no constructor for that link, so :func:`_target` builds it with the public
+``dg.deserialize_value``.
+
+Use in an ``@dg.asset`` whose ``check_specs`` share its ``partitions_def``::
 
     return report(context, dg.MaterializeResult(metadata=...), [PartitionCheck(...), ...])
-
-The asset body stays a plain function (it computes everything, so wrappers such as
-``defs/errors.py::fail_fast`` see its exceptions) and returns the generator :func:`report`,
-which Dagster iterates: the materialization is stored first, then each evaluation is linked to
-the materialization of its partition.
 """
 
 import dataclasses
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
-# Not re-exported by ``dagster``; it links an evaluation to the materialization it checked.
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class PartitionCheck:
-    """One check's result on one partition.
-
-    Attributes:
-        check_name: name of an ``AssetCheckSpec`` of the asset.
-        partition: partition key (``YYYY-MM-DDTHH`` or ``YYYY-MM-DD``).
-        passed: the verdict.
-        description: one line an operator reads first (what failed and what to do).
-        metadata: numbers and names (see :func:`comparison`).
-        severity: ``ERROR`` (default; blocks downstream if the spec is blocking) or ``WARN``.
-        asset_key: the checked asset; default the executing asset.
-    """
+    """One check's result on one partition (``YYYY-MM-DDTHH`` or ``YYYY-MM-DD``):
+    ``description`` is the line an operator reads first, ``metadata`` see :func:`comparison`,
+    ``severity`` ``ERROR`` blocks if the spec is blocking, ``asset_key`` defaults to the
+    executing asset."""
 
     check_name: str
     partition: str
@@ -62,34 +48,35 @@ CheckedEvent = dg.MaterializeResult | dg.Output | dg.AssetCheckEvaluation
 
 def comparison(expected: int | float, actual: int | float, **subject: Any) -> dict[str, Any]:
     """Check metadata in one shape: expected, actual, difference (actual - expected), then the
-    file, table or job concerned (``subject``, e.g. ``file="gs://..."``, ``job_id="bqp_..."``).
-    """
+    file, table or job concerned (``subject``, e.g. ``file="gs://..."``)."""
     difference = actual - expected
     if isinstance(difference, float):
         difference = round(difference, 6)
     return {"expected": expected, "actual": actual, "difference": difference, **subject}
 
 
-def _target_data(record: Any) -> AssetCheckEvaluationTargetMaterializationData:
-    return AssetCheckEvaluationTargetMaterializationData(
-        run_id=record.event_log_entry.run_id,
-        storage_id=record.storage_id,
-        timestamp=record.timestamp,
+def _target(record: dg.EventLogRecord) -> Any:
+    """The link from an evaluation to the materialization ``record`` (its run, storage ID and
+    time), in the serialized form of ``AssetCheckEvaluation.target_materialization_data``."""
+    return dg.deserialize_value(
+        json.dumps(
+            {
+                "__class__": "AssetCheckEvaluationTargetMaterializationData",
+                "run_id": record.run_id,
+                "storage_id": record.storage_id,
+                "timestamp": record.timestamp,
+            }
+        )
     )
 
 
 def _targets(
     context: dg.AssetExecutionContext, asset_key: dg.AssetKey, partitions: Iterable[str]
-) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
-    """The latest materialization of each of ``partitions`` (missing: never materialized).
-
-    One event-log query for all of them, newest first, limited to their number: after the asset
-    materialized them all in this step, those are exactly this step's records (a query per
-    partition cost ~3 ms each, 288 per 72-hour run, issue 9). A partition the newest records
-    miss (it was not materialized in this step) is looked up on its own.
-    """
+) -> dict[str, Any]:
+    """The link to each partition's latest materialization (missing: never materialized), in
+    one query; a partition it misses is looked up alone."""
     wanted = sorted(set(partitions))
-    found: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    found: dict[str, Any] = {}
     if not wanted:
         return found
     records = context.instance.fetch_materializations(
@@ -98,28 +85,23 @@ def _targets(
     for record in records:
         partition = record.partition_key
         if partition is not None and partition not in found:
-            found[partition] = _target_data(record)
+            found[partition] = _target(record)
     for partition in wanted:
         if partition not in found:
             older = context.instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
             ).records
             if older:
-                found[partition] = _target_data(older[0])
+                found[partition] = _target(older[0])
     return found
 
 
 def check_events(
     context: dg.AssetExecutionContext, checks: Iterable[PartitionCheck]
 ) -> Iterator[dg.Output | dg.AssetCheckEvaluation]:
-    """Events that report ``checks`` on their partitions; yield them after the materialization.
-
-    Results of checks that are not selected in this run are dropped (a run may select a
-    subset of an asset's checks).
-
-    Raises:
-        ValueError: if a result names a check the asset does not have.
-    """
+    """The events that report ``checks`` on their partitions, to yield after the
+    materialization; results of checks not selected in the run are dropped. ValueError if a
+    result names a check the asset does not have."""
     assets_def = context.assets_def
     known = {spec.key for spec in assets_def.node_check_specs_by_output_name.values()}
     selected = set(context.selected_asset_check_keys) & known
@@ -160,12 +142,7 @@ def report(
     result: dg.MaterializeResult | Sequence[dg.MaterializeResult],
     checks: Iterable[PartitionCheck],
 ) -> Iterator[CheckedEvent]:
-    """The materialization (or, from a multi-asset, one per asset, each with its
-    ``asset_key``), then :func:`check_events` for ``checks`` (return it from the asset).
-
-    Raises:
-        ValueError: see :func:`check_events`.
-    """
+    """The materialization (a multi-asset: one per asset), then :func:`check_events`."""
     checks = list(checks)
     yield from [result] if isinstance(result, dg.MaterializeResult) else result
     yield from check_events(context, checks)

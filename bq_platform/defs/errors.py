@@ -1,22 +1,11 @@
 """Which step failures Dagster retries: transient faults yes, bad input and verdicts no.
 
-The assets carry a ``RetryPolicy`` (DESIGN.md, "Retries in layers") for transient faults: a
-network error, an HTTP 5xx that outlived the API retry layer, a lock timeout. Dagster applies
-it to *every* exception (``dagster/_core/execution/plan/utils.py``, ``op_execution_error_boundary``)
-except a ``dg.Failure`` with ``allow_retries=False``. Before this module a corrupt landed file, a
-schema mismatch or an incomplete day was retried twice with backoff and printed six times with
-tracebacks, about 60 s of noise per bad day (issue 7).
-
-:func:`fail_fast` wraps an asset's body and turns each non-retryable error into one
-``dg.Failure(allow_retries=False)`` carrying the original message (which names the file, table
-or hour and what to do):
-
-- :data:`NON_RETRYABLE_ERRORS`: the project's bad-input and verdict classes;
-- a ``dg.Failure`` the asset raises itself (an incomplete day, a missing hour manifest): our code
-  raises ``dg.Failure`` only for conditions a retry cannot change. Raise ``dg.RetryRequested``
-  for a condition that can pass by itself.
-
-Everything else keeps the asset's retry policy.
+The assets carry a ``RetryPolicy`` for transient faults (DESIGN.md, "Retries in layers"), and
+Dagster applies it to every exception except a ``dg.Failure`` with ``allow_retries=False``.
+:func:`fail_fast` turns each non-retryable error into one such failure with the original
+message: :data:`NON_RETRYABLE_ERRORS`, and any ``dg.Failure`` the asset raises itself (our
+code raises it only for conditions a retry cannot change; use ``dg.RetryRequested`` for one
+that can pass by itself). Everything else keeps the asset's retry policy.
 """
 
 import functools
@@ -25,14 +14,11 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from bq_platform.lib.landing.producer.land import LandingError
-from bq_platform.lib.core.manifest import ManifestError
+from bq_platform.lib.core.manifest import LandingError, ManifestError
 from bq_platform.lib.publish.quota import QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import SchemaMismatchError
 
-#: Errors a retry cannot fix: the input or the table must change first.
-#: ``QuotaBudgetExceededError``: the per-table daily job budget is spent (DESIGN.md,
-#: "``quotaExceeded`` is not retried in a tight loop").
+#: Errors a retry cannot fix: the input, the table or the day's job budget must change first.
 NON_RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
     LandingError,
     ManifestError,

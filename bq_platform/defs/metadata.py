@@ -1,19 +1,6 @@
-"""What every asset carries in the UI: owners, each partition's own numbers, and links from job
-IDs to the BigQuery console.
-
-A run of an hourly asset covers a range of hours (24 per run in a backfill, more when
-``bq-platform run`` batches days), and Dagster records one materialization per hour. Metadata
-returned with ``MaterializeResult`` would be copied onto every hour, so an hour of
-``pageviews_stage`` showed the rows and job IDs of the whole range (and each event carried
-9-20 KB; issue 9). :func:`partition_results` gives each hour its own numbers
-(``context.add_asset_metadata(..., partition_key=...)``) and the step's totals under one key,
-:data:`STEP_TOTALS`, which the CLI's one line per asset reads.
-
-``OWNERS`` is set on every asset (with ``group_name`` and ``kinds``, see
-``bq_platform_tests/defs/test_definitions.py``). Job links: in production each warehouse job
-ID in a materialization's metadata links to the job in the BigQuery console, the form the
-console itself uses for a job (``?project=P&j=bq:LOCATION:JOB_ID&page=queryresults``); the
-local DuckDB warehouse has no console, so its IDs stay plain text.
+"""What every asset carries in the UI: owners, each partition's own numbers (metadata returned
+with ``MaterializeResult`` would be copied onto every hour of a range), and links from job IDs
+to the BigQuery console (``?project=P&j=bq:LOCATION:JOB_ID&page=queryresults``).
 """
 
 import urllib.parse
@@ -38,9 +25,8 @@ def partition_results(
     asset_key: dg.AssetKey | None = None,
 ) -> dg.MaterializeResult:
     """The step's ``MaterializeResult`` of ``asset_key`` (default: the step's only asset):
-    each partition of the run gets its metadata from ``by_partition`` (none if missing), then
-    the step's totals under :data:`STEP_TOTALS` (last, so the UI shows the hour's own numbers
-    first).
+    each partition of the run gets its metadata from ``by_partition``, then the step's totals
+    under :data:`STEP_TOTALS`.
 
     Raises:
         dagster.DagsterInvariantViolationError: if a key is not a partition of this run, or
@@ -62,8 +48,7 @@ def bigquery_job_url(project: str, location: str, job_id: str) -> str:
 
 
 def _console(warehouse: WarehouseResource, job_id: str) -> tuple[str, str | None]:
-    """The job ID as sent (prefix included) and its console URL; no URL for the local
-    warehouse, which has no console."""
+    """The job ID as sent (prefix included) and its console URL (None locally)."""
     if isinstance(warehouse, BigQueryWarehouseResource):
         sent = f"{warehouse.job_id_prefix}{job_id}"
         return sent, bigquery_job_url(warehouse.project, warehouse.location, sent)
@@ -79,10 +64,7 @@ def job_link(warehouse: WarehouseResource, job_id: str) -> dg.MetadataValue:
 def job_links_markdown(
     warehouse: WarehouseResource, jobs: Iterable[tuple[str, str, str]], limit: int = 48
 ) -> dg.MetadataValue:
-    """A Markdown list of ``(table, job_id, action)``; IDs link to the console in production.
-
-    ``action`` is what the idempotent job runner did (submitted, adopted, skipped, ...).
-    """
+    """A Markdown list of ``(table, job_id, action)``; IDs link to the console in production."""
     jobs = list(jobs)
     lines = []
     for table, job_id, action in jobs[:limit]:

@@ -1,38 +1,27 @@
 """Resources, and the one place where local or production implementations are chosen.
 
-Every environment binds the same keys:
-
-- ``object_store``: landing zone, staging Parquet, dead letters (:class:`ObjectStoreResource`);
-- ``warehouse``: stage, published and audit tables, the job ledger (:class:`WarehouseResource`);
-- ``spark``: the Spark session (:class:`SparkResource`);
-- ``settings``: pseudonymization key, job budgets and the rejected-share limit
-  (:class:`PipelineSettings`).
-
-``BQ_PLATFORM_ENV`` picks the implementations when the definitions load: ``local`` (default:
-a directory, DuckDB, ``local[*]``, everything under ``BQ_PLATFORM_HOME``, default
-``./.bq_platform``) or ``prod`` (GCS, BigQuery, a Spark cluster). The README lists every
-variable; values enter through ``dg.EnvVar`` so they are read when a run starts (code that
-uses a resource outside a run resolves them with :func:`resolved`). The commands that need
-no Dagster (``bq-platform land``, ``land-tree``, ``deadletters``) get the same lake from
-:func:`bq_platform.settings.object_store`; ``test_environment.py`` holds the two to
-the same folder or bucket.
+Every environment binds ``object_store``, ``warehouse``, ``spark``
+(:mod:`bq_platform.defs.pageviews.spark_build`) and ``settings``. ``BQ_PLATFORM_ENV`` picks the
+implementations when the definitions load: ``local`` (a directory, DuckDB, ``local[*]``, all
+under ``BQ_PLATFORM_HOME``) or ``prod`` (GCS, BigQuery, a Spark cluster). Production names and
+secrets enter through ``dg.EnvVar``, read when a run starts; code that uses a resource outside
+a run resolves them with :func:`resolved`.
 """
 
 import abc
 import logging
-import os
 from typing import Any, TypeVar
 
 import dagster as dg
 from pydantic import PrivateAttr
 
-from bq_platform.defs.pageviews.spark_build import hourly_build
 from bq_platform import settings as environment
-from bq_platform.lib.build.read import DEFAULT_LINES_PER_PASS
-from bq_platform.lib.storage.base import ObjectStore
-from bq_platform.lib.quality.rejected_share import DEFAULT_MAX_REJECTED_SHARE
+from bq_platform.defs.pageviews.spark_build import hourly_build
+from bq_platform.lib.hourly_build.read import DEFAULT_LINES_PER_PASS
+from bq_platform.lib.hourly_build.spark import spark_config
 from bq_platform.lib.publish.quota import JobBudget
-from bq_platform.lib.build.spark import spark_config
+from bq_platform.lib.quality.rejected_share import DEFAULT_MAX_REJECTED_SHARE
+from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import Warehouse
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
@@ -108,8 +97,7 @@ class DuckDBWarehouseResource(WarehouseResource):
     path: str
     require_partition_filter: bool = False  # DuckDB cannot enforce it; recorded only
     concurrent_jobs: int = 2
-    """Jobs run side by side, each on one core (``DuckDBWarehouse(concurrent_jobs=...)``):
-    a step's stage loads overlap as BigQuery's do (issue 9)."""
+    """Jobs run side by side, one core each: a step's stage loads overlap as in BigQuery."""
 
     def _build(self) -> Warehouse:
         from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
@@ -129,8 +117,8 @@ class BigQueryWarehouseResource(WarehouseResource):
     api_endpoint: str | None = None
 
     def _build(self) -> Warehouse:
-        from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
         from bq_platform.lib.warehouse.bigquery.client import bigquery_client
+        from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 
         client = bigquery_client(self.project, self.location, api_endpoint=self.api_endpoint)
         return BigQueryWarehouse(
@@ -143,33 +131,23 @@ class BigQueryWarehouseResource(WarehouseResource):
 
 
 class PipelineSettings(dg.ConfigurableResource):
-    """Settings of the pageview pipeline itself.
+    """Settings of the pageview pipeline (their variables: :mod:`bq_platform.settings`).
 
     Attributes:
-        visitor_key: secret key of the visitor_id HMAC (``BQ_PLATFORM_VISITOR_KEY``). Changing
-            it changes every visitor_id and the sample; treat it like a password.
-        job_budget_per_table_per_day: jobs allowed per table per UTC day (BigQuery: 1,500 table
+        visitor_key: secret key of the visitor_id HMAC; changing it changes every visitor_id
+            and the sample. Treat it like a password.
+        job_budget_per_table_per_day: jobs per table per UTC day (BigQuery allows 1,500 table
             operations per table per day; default 90% of that).
         max_rejected_share: share of rejected lines (0..1) above which a site-hour fails the
-            ``rejected_share`` check with ERROR and holds its day's publish
-            (``BQ_PLATFORM_MAX_REJECTED_SHARE``; see :mod:`bq_platform.lib.quality.rejected_share`).
-        reports_url: base URL at which the operator's browser reads the object store's
-            ``reports/`` folder (``BQ_PLATFORM_REPORTS_URL``); when set, the completeness
-            report shows its picture in the Dagster UI (Dagster's Markdown shows ``http(s)``
-            images only). Local default
-            :data:`~bq_platform.settings.LOCAL_REPORTS_URL`, where ``make dev`` serves the
-            folder; on GCS use the authenticated browser URL
-            ``https://storage.cloud.google.com/<bucket>/reports``, which asks the browser's user
-            to sign in and needs ``storage.objects.get`` (cloud.google.com/storage/docs/
-            request-endpoints, "authenticated browser downloads").
-        lines_per_pass: the most source lines one Spark pass of the hourly build reads
-            (``BQ_PLATFORM_LINES_PER_PASS``; default
-            :data:`~bq_platform.lib.build.read.DEFAULT_LINES_PER_PASS`, sized for a 2g local
-            driver). Raise it with the executors' memory on a cluster.
-        lookback_days: the automation sensor and ``bq-platform run`` plan the UTC days from
-            this many days before today on (``BQ_PLATFORM_LOOKBACK_DAYS``); 0, the default:
-            every landed day. Set it in production, where the landing zone holds years
-            (:func:`~bq_platform.lib.planning.lookback_start`).
+            ``rejected_share`` check and holds its day's publish.
+        reports_url: where a browser reads the object store's ``reports/`` folder; when set,
+            the completeness report shows its picture (Dagster's Markdown shows ``http(s)``
+            images only). On GCS: ``https://storage.cloud.google.com/<bucket>/reports``, which
+            needs ``storage.objects.get`` (cloud.google.com/storage/docs/request-endpoints).
+        lines_per_pass: the most source lines one Spark pass reads (the default suits a 2g
+            local driver); raise it with the executors' memory.
+        lookback_days: plan the UTC days from this many days before today on; 0: every landed
+            day. Set it in production, where the landing zone holds years.
     """
 
     visitor_key: str
@@ -184,27 +162,19 @@ class PipelineSettings(dg.ConfigurableResource):
 
 
 def build_resources(env: str) -> dict[str, Any]:
-    """The resources of environment ``env`` (``local`` or ``prod``).
-
-    Raises:
-        ValueError: for any other ``env``.
-    """
+    """The resources of ``env`` (``local`` or ``prod``); ValueError for another."""
     if env == "local":
         home = environment.local_home()
-        if not os.environ.get("BQ_PLATFORM_VISITOR_KEY"):
+        key = environment.visitor_key("local")
+        if key == environment.LOCAL_VISITOR_KEY:
             logging.getLogger(__name__).info(
                 "BQ_PLATFORM_VISITOR_KEY is not set: using the local development key"
             )
         return {
             "object_store": LocalObjectStoreResource(root=str(environment.local_lake())),
             "warehouse": DuckDBWarehouseResource(path=str(home / "warehouse.duckdb")),
-            "spark": hourly_build(
-                spark_config(os.environ.get("BQ_PLATFORM_SPARK_MASTER", "local[*]"))
-            ),
-            "settings": PipelineSettings(
-                visitor_key=environment.visitor_key("local"),
-                **environment.pipeline_settings("local"),
-            ),
+            "spark": hourly_build(_spark_config(environment.spark_master("local[*]"))),
+            "settings": PipelineSettings(visitor_key=key, **environment.pipeline_settings("local")),
         }
     if env == "prod":
         return {
@@ -215,13 +185,13 @@ def build_resources(env: str) -> dict[str, Any]:
             "warehouse": BigQueryWarehouseResource(
                 project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
                 dataset=dg.EnvVar("BQ_PLATFORM_BQ_DATASET"),
-                location=os.environ.get("BQ_PLATFORM_BQ_LOCATION", "US"),
-                job_id_prefix=os.environ.get("BQ_PLATFORM_BQ_JOB_PREFIX", ""),
+                location=environment.bigquery_location(),
+                job_id_prefix=environment.bigquery_job_prefix(),
             ),
             "spark": hourly_build(
-                spark_config(
-                    os.environ.get("BQ_PLATFORM_SPARK_MASTER", "yarn"),
-                    shuffle_partitions=int(os.environ.get("BQ_PLATFORM_SHUFFLE_PARTITIONS", "64")),
+                _spark_config(
+                    environment.spark_master("yarn"),
+                    shuffle_partitions=environment.shuffle_partitions(64),
                 )
             ),
             "settings": PipelineSettings(
@@ -232,20 +202,23 @@ def build_resources(env: str) -> dict[str, Any]:
     raise environment.unknown_environment(env)
 
 
+def _spark_config(master: str, shuffle_partitions: int = 8) -> dict[str, Any]:
+    """:func:`~bq_platform.lib.hourly_build.spark.spark_config` with the environment's driver memory
+    and verbosity."""
+    return spark_config(
+        master,
+        shuffle_partitions,
+        verbose=environment.spark_verbose(),
+        driver_memory=environment.spark_driver_memory(),
+    )
+
+
 def resolved(resource: R) -> R:
     """``resource`` with each ``dg.EnvVar`` field replaced by the variable's value, read now.
 
-    For code that uses a resource outside a Dagster run (``bq-platform run``'s planner and
-    summary, :meth:`bq_platform.cli.runner.PipelineRunner.from_environment`). Dagster resolves an
-    ``EnvVar`` only when a run initializes the resource; read directly, the field is the
-    variable's *name* (``build_resources("prod")["settings"].visitor_key`` is the string
-    ``"BQ_PLATFORM_VISITOR_KEY"``), so the planner would have keyed visitors with the name and
-    sent BigQuery a project called ``BQ_PLATFORM_GCP_PROJECT``. A resource without such fields
-    is returned as is.
-
-    Raises:
-        ValueError: naming every variable that is unset or empty (a run fails on an unset
-            one too; an empty bucket, project or key is never meant).
+    For code outside a Dagster run (``bq-platform run``'s planner and summary): Dagster resolves
+    an ``EnvVar`` only when a run initializes the resource; read directly, the field is the
+    variable's name. Raises ValueError naming every variable that is unset or empty.
     """
     env_fields = {
         name: value

@@ -1,20 +1,14 @@
 """Cleanup of superseded build attempts in a Dagster deployment: a job and its daily schedule.
 
-``bq-platform run`` cleans after each run (``runner.PipelineRunner.clean_attempts``). Runs that
-the automation sensor, a backfill or the UI launch do not, so without this job the staging
-Parquet and dead letters of superseded attempts (a late file's rebuild, a retried build, a
-crashed attempt) would stay in the bucket for good. The rule is
-:func:`bq_platform.lib.build.retention.clean_staging`: the units the builds recorded as superseded
-go :data:`~bq_platform.lib.build.retention.RETENTION` after their record, and once every
-:data:`~bq_platform.lib.build.retention.FULL_PASS_EVERY` (or with ``full: true`` in the launchpad) a
-full pass over every attempt folder finds what no record names (crashes, lost races). Stopped
-by default, like the sensor: the operator turns it on in Automation.
+``bq-platform run`` cleans after each run; runs the sensor, a backfill or the UI launch do not,
+so this job does it for them (:func:`bq_platform.lib.hourly_build.retention.clean_staging`). Stopped
+by default, like the sensor.
 """
 
 import dagster as dg
 
 from bq_platform.defs.resources import ObjectStoreResource
-from bq_platform.lib.build.retention import FULL_PASS_EVERY, RETENTION, clean_staging
+from bq_platform.lib.hourly_build.retention import FULL_PASS_EVERY, RETENTION, clean_staging
 
 #: When the schedule runs (UTC): after the night's publishes, once a day (the retention is a day).
 CLEANUP_CRON = "30 3 * * *"
@@ -24,8 +18,7 @@ class CleanupConfig(dg.Config):
     """Launchpad config of the cleanup."""
 
     full: bool = False
-    """Also run the full pass over every attempt folder now (it runs once every
-    FULL_PASS_EVERY anyway); its cost grows with the bucket's history."""
+    """Also run the full pass over every attempt folder now (it runs every FULL_PASS_EVERY)."""
 
 
 @dg.op(
@@ -60,7 +53,7 @@ def clean_superseded_attempts(
 @dg.job(
     name="staging_cleanup_job",
     description="Delete superseded build attempts from the staging and dead-letter areas "
-    "(lib/build/retention.py); what bq-platform run does after each run.",
+    "(lib/hourly_build/retention.py); what bq-platform run does after each run.",
 )
 def staging_cleanup_job() -> None:
     clean_superseded_attempts()

@@ -1,18 +1,13 @@
 """What needs to run: the one answer, used by ``bq-platform run`` and by the automation sensor.
 
-A day is up to date when every one of its 24 hours was built from exactly the content now in
-the landing zone with the current transform and key (the hour manifest's fingerprint equals
-:func:`expected_hour_fingerprint`), and the publish records of the tables it goes into
-(:data:`PUBLISHED_TABLES`) name that day's fingerprint. The state is read from what is
-materialized (hour manifests, publish records), so a fresh sensor, a restarted daemon or a new
-instance starts from the truth: an up-to-date landing zone requests nothing.
+A day is up to date when each of its 24 hour manifests has the fingerprint of the content now
+landed and the publish records of :data:`PUBLISHED_TABLES` name the day's fingerprint; the
+state is read from what is materialized, never from a cursor.
 
-Time: an hour is *closed* :data:`CLOSE_AFTER` after it ends (producers deliver within that;
-later files are late files and re-run their hour). The automation builds closed hours that
-have landed data or an earlier build, and a day's empty hours once the whole day is closed
-(they are built as empty hours: zero rows, accounted); it publishes a day when it is closed
-and all 24 hours are current. ``bq-platform run`` passes ``now=None``: every hour counts as
-closed (the operator asked for it).
+An hour is *closed* :data:`CLOSE_AFTER` after it ends. The automation builds closed hours with
+landed data or an earlier build, a day's empty hours once the whole day is closed, and
+publishes a closed day whose 24 hours are current. ``now=None`` (``bq-platform run``) treats
+every hour as closed.
 """
 
 import dataclasses
@@ -27,11 +22,11 @@ from bq_platform.lib.core.job_ids import (
     input_fingerprint,
     sha256_json,
 )
-from bq_platform.lib.landing.index import LandingIndex, scan_landing
-from bq_platform.lib.core.manifest_reads import read_hour_manifests
-from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.core.manifest import read_hour_manifests
 from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS, key_id
-from bq_platform.lib.build.transform import TRANSFORM_VERSION
+from bq_platform.lib.hourly_build.transform import TRANSFORM_VERSION
+from bq_platform.lib.landing.index import LandingIndex, scan_landing
+from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import (
     DEADLETTERS_TABLE,
@@ -42,7 +37,7 @@ from bq_platform.lib.warehouse.schema import (
 #: Tables a day is published into, each with a publish record naming the day's fingerprint.
 PUBLISHED_TABLES = (PAGEVIEWS_TABLE, PAGEVIEWS_SAMPLE_TABLE, DEADLETTERS_TABLE)
 CLOSE_AFTER = dt.timedelta(minutes=15)
-"""An hour is closed this long after its end (the old hourly schedule ran at hh:15)."""
+"""An hour is closed this long after its end; later files re-run their hour."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +45,10 @@ class DayPlan:
     """One day and what it needs.
 
     Attributes:
-        day: the UTC day.
         due: something must run (``build`` or ``publish``).
         reason: one line for logs, the CLI and sensor skip reasons.
         build: closed hours to (re)build, stage and audit, in time order.
         publish: every hour is current and the day is closed: publish it.
-        closed: the whole day is closed (always True with ``now=None``).
         hour_fingerprints: ``{hour label: expected fingerprint}`` of all 24 hours.
     """
 
@@ -69,22 +62,14 @@ class DayPlan:
 
     @property
     def fingerprint(self) -> str:
-        """The day's fingerprint if it were published now (see ``jobids.day_fingerprint``)."""
+        """The day's fingerprint if it were published now."""
         return day_fingerprint(self.hour_fingerprints)
 
 
 def lookback_start(now: dt.datetime, lookback_days: int) -> dt.date | None:
     """The first UTC day the automation sensor and ``bq-platform run`` plan: ``lookback_days``
-    days before ``now``'s UTC day (``BQ_PLATFORM_LOOKBACK_DAYS``); None for 0, every landed
-    day (the default: the bundled logs are from 1995).
-
-    A production landing zone grows by every hour of every site; planning every landed day
-    reads every landed manifest and 24 hour manifests per day on each sensor tick
-    (:func:`~bq_platform.lib.landing.index.scan_landing`), so its cost grows with the history.
-    With a window it follows the window. Days before it are left as they are: a late file
-    there is built by a backfill of its partitions in the UI, or by ``bq-platform run`` with
-    the variable unset. The window starts on a whole day, so a day is planned with all its
-    hours or not at all.
+    days before ``now``'s UTC day (``BQ_PLATFORM_LOOKBACK_DAYS``); None for 0, every landed day.
+    Older days are left to backfills.
 
     Raises:
         ValueError: if ``lookback_days`` is negative or ``now`` naive.
@@ -101,9 +86,7 @@ def lookback_start(now: dt.datetime, lookback_days: int) -> dt.date | None:
 def scan_window(
     store: ObjectStore, lookback_days: int, now: dt.datetime | None = None
 ) -> LandingIndex:
-    """The landing zone the automation plans: its days from :func:`lookback_start` on (all of
-    them for ``lookback_days`` 0), as :func:`~bq_platform.lib.landing.index.scan_landing`
-    reads them; the index's ``since`` says which window it was.
+    """The landing zone from :func:`lookback_start` on (all of it for ``lookback_days`` 0).
 
     Raises:
         ValueError: if ``lookback_days`` is negative or ``now`` naive.
@@ -135,12 +118,8 @@ def plan_day(
 ) -> DayPlan:
     """Decide what ``day`` needs; reads hour manifests and publish records only (no scans).
 
-    Args:
-        day: a UTC day.
-        index: the landing zone (:func:`~bq_platform.lib.landing.index.scan_landing`).
-        store, warehouse: where manifests and publish records are.
-        visitor_key: the pseudonymization key (its ID is part of every hour fingerprint).
-        now: the current UTC time for the automation; None (the CLI) treats every hour as closed.
+    ``now``: the current UTC time for the automation; None (the CLI) treats every hour as
+    closed.
 
     Raises:
         ManifestError: if an hour manifest is unreadable (names the object).
@@ -207,10 +186,8 @@ class Request:
 
     Attributes:
         kind: ``build`` (hourly job over ``hours``) or ``publish`` (daily job for ``day``).
-        day: the UTC day concerned.
         hours: consecutive hours to build (empty for ``publish``).
         run_key: deterministic: the same work on the same content is requested once.
-        reason: why (from :class:`DayPlan`).
     """
 
     kind: str
@@ -245,15 +222,9 @@ def plan_automation(
     now: dt.datetime,
     busy_days: Collection[dt.date] = (),
 ) -> AutomationPlan:
-    """Runs the automation requests for every landed day (see the module docstring).
-
-    Args:
-        busy_days: days with a queued or running pipeline run: left alone until it ends, so a
-            publish never races the build of its own hours.
-
-    Run keys carry the content (hour or day fingerprint), so a tick repeats nothing that was
-    already requested, and a late file (new content) gets a new key.
-    """
+    """Runs the automation requests for every landed day except ``busy_days`` (a run is
+    queued or running). Run keys carry the content fingerprint, so a tick repeats nothing
+    already requested, and a late file gets a new key."""
     requests: list[Request] = []
     notes: list[str] = []
     days = index.days()
@@ -288,10 +259,8 @@ def days_of(hours: Iterable[dt.datetime]) -> list[dt.date]:
     return sorted({h.date() for h in hours})
 
 
-#: Consecutive due days one ``bq-platform run`` builds in one hourly run, i.e. one Spark pass
-#: over all their landed files: each pass has fixed costs (file listing, Spark jobs, three
-#: Parquet writes, a Dagster run; docs/PERFORMANCE.md). A batch whose build fails is built
-#: again day by day, so a bad hour holds only its own day, as with one run per day.
+#: Consecutive due days one ``bq-platform run`` builds in one hourly run (each run has fixed
+#: costs). A batch whose build fails is built again day by day, so a bad hour holds only its day.
 MAX_BATCH_DAYS = 7
 
 

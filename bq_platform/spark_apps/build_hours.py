@@ -1,7 +1,8 @@
 """The hourly build's main file for ``spark-submit``, Dataproc PySpark jobs and Dagster Pipes.
 
-The same :func:`bq_platform.lib.build.hourly.build_hours` as the ``pageview_files`` asset, with the
-same settings (:mod:`bq_platform.lib.build.application`), run outside the Dagster process::
+It runs :func:`bq_platform.lib.hourly_build.build.build_hours` outside the Dagster process with the
+settings a Dagster run of the environment would use (:mod:`bq_platform.settings`; the visitor
+key is required in ``prod``)::
 
     spark-submit --master spark://host:7077 \\
         --conf spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods \\
@@ -11,33 +12,17 @@ same settings (:mod:`bq_platform.lib.build.application`), run outside the Dagste
 
     python -m bq_platform.spark_apps.build_hours 1995-08-01T00   # PySpark starts the JVM
 
-Its path: ``python -c 'import bq_platform.spark_apps.build_hours as m; print(m.__file__)'``.
+Arguments: the first and last UTC hour (``YYYY-MM-DDTHH``, both included; the last defaults to
+the first), ``--attempt-id`` (default ``submit-<UTC time>-<random>``; a re-run is a new attempt
+that replaces the hours whole) and ``--error-file`` (for the launcher, ``SparkSubmitBuild``).
 
-Arguments: the first and the last UTC hour (``YYYY-MM-DDTHH``, both included; the last defaults
-to the first), ``--attempt-id`` (``[A-Za-z0-9_-]+``; default ``submit-<UTC time>-<random>``:
-the outputs go under that attempt's prefix and the hour manifests name them, so a re-run is a
-new attempt that replaces the hours whole, as a Dagster retry does) and ``--error-file`` (for
-the launcher, :class:`bq_platform.defs.pageviews.spark_build.SparkSubmitBuild`).
-
-Output: progress on stderr (Python logging, INFO), then one JSON line on stdout
-(:func:`~bq_platform.lib.build.application.summary`; not under Pipes, where it is a materialization's
-metadata), the last line this process writes (``spark-submit`` merges a Python application's
-stderr into its stdout; Spark's own log4j lines go to its stderr). Exit status:
-
-- 0: the hours are built. An hour that does not balance is built too (its manifest says so, as
-  the asset's does): each problem is logged as an ERROR and listed in the summary's
-  ``problems``, and the accounting check and the daily publish hold it, as for a build in the
-  Dagster process;
-- 1: the build raised (a :class:`~bq_platform.lib.landing.producer.land.LandingError` names the landed file
-  and what to do; no hour manifest is written then);
-- 2: bad arguments or settings, named (argparse's usage error, or one ERROR line).
-
-Under Dagster Pipes (launched by ``PipesDataprocJobClient``, which adds
-``--dagster-pipes-context`` / ``--dagster-pipes-messages`` to the job's arguments, or by
-``PipesSubprocessClient``, which sets ``DAGSTER_PIPES_CONTEXT``): progress goes to the Dagster
-run's log and the summary is reported as a materialization's metadata (an asset that returns the
-client's ``get_results()`` materializes each partition of its run with it; the shipped
-``pageview_files`` reads the hour manifests instead: :mod:`bq_platform.defs.pageviews.spark_build`).
+Output: progress on stderr, then, as the last line, one JSON summary on stdout
+(:func:`~bq_platform.lib.hourly_build.application.summary`). Exit status: 0, built (an hour that
+does
+not balance too: each problem is logged as an ERROR, and the publish holds the hour); 1, the
+build raised (a LandingError names the landed file; no hour manifest is written); 2, bad
+arguments or settings. Under Dagster Pipes, progress goes to the run's log and the summary is
+a materialization's metadata.
 """
 
 import argparse
@@ -46,29 +31,33 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
-from bq_platform.lib.build.application import (
+from bq_platform import settings
+from bq_platform.lib.core.layout import attempt_prefix
+from bq_platform.lib.core.manifest import LandingError
+from bq_platform.lib.core.partition_window import HourWindow
+from bq_platform.lib.hourly_build.application import (
     PIPES_ARGUMENTS,
+    BuildJob,
+    default_attempt_id,
+    hour_range,
+    own_session,
     pipes_context,
-    resolve_job,
     run_job,
     summary,
     write_error,
 )
-from bq_platform.lib.landing.producer.land import LandingError
+from bq_platform.lib.hourly_build.read import DEFAULT_LINES_PER_PASS
+from bq_platform.lib.hourly_build.spark import spark_config
 
 _LOG = logging.getLogger("bq_platform.spark_apps.build_hours")  # also when run as __main__
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The arguments: ``first``/``last`` (hour strings or None), ``attempt_id`` and
-    ``error_file`` (None when not given).
-
-    Raises:
-        SystemExit: status 2, with argparse's usage message, for an unknown option.
-    """
+    """``first``, ``last``, ``attempt_id``, ``error_file``; SystemExit 2 for an unknown option."""
     parser = argparse.ArgumentParser(
         prog="build_hours", description="Build the pageview files of a range of UTC hours."
     )
@@ -85,15 +74,55 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the build (see the module docstring); returns the exit status.
+def resolve_job(
+    first: str | None, last: str | None, attempt_id: str | None, pipes: Any = None
+) -> BuildJob:
+    """The job the arguments ask for, with a Dagster run's lake, visitor key, first hour and
+    lines per pass. Without hours or attempt ID: the Pipes run's partition range and
+    ``<run ID>-<retry number>``, else :func:`default_attempt_id`.
 
     Raises:
-        SystemExit: status 2 for unknown options (argparse).
+        ValueError: naming what is wrong (a missing or malformed hour or attempt ID, a bad
+            variable); the visitor key is checked before any storage client is built.
     """
+    if first is None and pipes is not None and pipes.is_partition_step:
+        first, last = pipes.partition_key_range.start, pipes.partition_key_range.end
+    if first is None:
+        raise ValueError("give the first UTC hour (YYYY-MM-DDTHH)")
+    hours = hour_range(first, last)
+    if attempt_id is None and pipes is not None:
+        attempt_id = f"{pipes.run_id}-{pipes.retry_number}"
+    attempt_id = attempt_id or default_attempt_id()
+    attempt_prefix(attempt_id)  # validates
+    env = settings.env_name()
+    key = settings.visitor_key(env)
+    store = settings.object_store(env)
+    pipeline = settings.pipeline_settings(env)
+    return BuildJob(
+        hours=hours,
+        attempt_id=attempt_id,
+        store=store,
+        visitor_key=key,
+        window=HourWindow.until_now(settings.first_hour()),
+        lines_per_pass=pipeline.get("lines_per_pass", DEFAULT_LINES_PER_PASS),
+    )
+
+
+def session_config() -> dict[str, Any]:
+    """The Spark settings of the application's own session (``BQ_PLATFORM_SPARK_MASTER``,
+    default ``local[*]``); under ``spark-submit`` only the runtime SQL settings apply."""
+    return spark_config(
+        settings.spark_master(),
+        verbose=settings.spark_verbose(),
+        driver_memory=settings.spark_driver_memory(),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the build; the exit status (module docstring), or SystemExit 2 for an unknown option."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    with pipes_context(argv) as pipes:
+    with pipes_context(argv, settings.gcp_project()) as pipes:
         log = pipes.log if pipes is not None else _LOG
         try:
             job = resolve_job(args.first, args.last, args.attempt_id, pipes)
@@ -102,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         started = time.monotonic()
         try:
-            manifests = run_job(job, log)
+            with own_session(session_config()) as session:
+                manifests = run_job(job, log, session)
         except LandingError as exc:  # names the file and what to do: no traceback
             if args.error_file:  # the launcher raises it: printed once, there
                 write_error(args.error_file, exc)
@@ -118,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in result["problems"]:
             log.error("accounting does not balance: %s", problem)
         if pipes is None:  # the program's result, on stdout; under Pipes it is the metadata
-            click.echo(json.dumps(result))  # as bq-platform writes its output (cli/main.py)
+            click.echo(json.dumps(result))
         else:
             pipes.report_asset_materialization(
                 metadata={k: v for k, v in result.items() if k != "problems"}
@@ -128,9 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def configure_logging() -> None:
-    """The program's logging: this package's INFO lines and everyone's warnings, on stderr
-    (py4j's INFO lines stay out). Only when run as a program: :func:`main` called in a process
-    that has its own logging leaves it alone."""
+    """This package's INFO lines and everyone's warnings, on stderr; only when run as a
+    program, so :func:`main` leaves a calling process's logging alone."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("bq_platform").setLevel(logging.INFO)
 

@@ -1,7 +1,6 @@
 """The local Dagster instance: its config, the run lock, and runs whose process died."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,20 +11,18 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from dagster._core.test_utils import create_run_for_test
 
-from bq_platform.event_log import BatchedSqliteEventLogStorage
 from bq_platform.cli.instance import (
     CLI_TRIGGER,
+    INSTANCE_BLOCKS,
     PID_TAG,
+    RETIRED_EVENT_LOG_MODULE,
     RUN_LOCK_NAME,
     TRIGGER_TAG,
     RunLockTimeout,
     dagster_yaml,
     ensure_dagster_yaml,
     fail_dead_runs,
-    follow_moved_home,
-    instance_blocks,
     run_lock,
 )
 
@@ -35,11 +32,10 @@ def open_instance(home: Path) -> dg.DagsterInstance:
 
 
 def test_fresh_config_enables_run_monitoring_and_limits_runs_and_pools(tmp_path):
-    assert ensure_dagster_yaml(tmp_path) == list(instance_blocks(tmp_path))
-    assert (tmp_path / "dagster.yaml").read_text() == dagster_yaml(tmp_path)
+    assert ensure_dagster_yaml(tmp_path) == list(INSTANCE_BLOCKS)
+    assert (tmp_path / "dagster.yaml").read_text() == dagster_yaml()
 
     with open_instance(tmp_path) as instance:
-        assert type(instance.event_log_storage) is BatchedSqliteEventLogStorage
         assert instance.run_monitoring_enabled
         assert instance.run_monitoring_max_runtime_seconds == 21600
         config = instance.get_concurrency_config()
@@ -51,7 +47,7 @@ def test_existing_config_gets_missing_blocks_and_keeps_its_own_values(tmp_path):
     config = tmp_path / "dagster.yaml"
     config.write_text("# mine\ntelemetry:\n  enabled: true\n")
 
-    assert ensure_dagster_yaml(tmp_path) == ["run_monitoring", "concurrency", "event_log_storage"]
+    assert ensure_dagster_yaml(tmp_path) == ["run_monitoring", "concurrency"]
     assert ensure_dagster_yaml(tmp_path) == []  # idempotent
 
     text = config.read_text()
@@ -72,34 +68,44 @@ def test_run_queue_config_is_not_contradicted(tmp_path):
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 3
 
 
-def test_a_storage_config_keeps_its_own_event_log(tmp_path):
-    runs = tmp_path / "mine"
-    (tmp_path / "dagster.yaml").write_text(f"storage:\n  sqlite:\n    base_dir: {runs}\n")
+#: The block older versions of bq-platform appended to dagster.yaml (before the run monitoring).
+RETIRED_BLOCK = f"""\
+# Dagster's SQLite event log, writing a run's planned events and a step's per-hour
+# materializations in one transaction instead of one per event (bq_platform/event_log.py).
+# After this folder is moved, bq-platform points base_dir at its new place.
+event_log_storage:
+  module: {RETIRED_EVENT_LOG_MODULE}
+  class: BatchedSqliteEventLogStorage
+  config:
+    base_dir: "{{runs}}"
+"""
 
-    assert "event_log_storage" not in ensure_dagster_yaml(tmp_path)
 
-    with open_instance(tmp_path) as instance:  # dagster refuses storage + event_log_storage
-        assert type(instance.event_log_storage) is not BatchedSqliteEventLogStorage
-
-
-def test_an_older_instance_keeps_its_event_log_files(tmp_path):
-    with open_instance(tmp_path) as instance:  # no dagster.yaml: Dagster's defaults
+def test_an_older_instance_drops_the_retired_event_log_and_keeps_its_history(tmp_path):
+    """A dagster.yaml of an older bq-platform names an event log module that no longer exists
+    (Dagster could not open the instance); its block goes, and Dagster's own storage reads the
+    history from the same files. The operator's other lines stay."""
+    with open_instance(tmp_path) as instance:  # Dagster's default files
         instance.report_runless_asset_event(dg.AssetMaterialization("old"))
-    ensure_dagster_yaml(tmp_path)  # an upgrade adds the batched event log, same files
+    config = tmp_path / "dagster.yaml"
+    mine = "# mine\ntelemetry:\n  enabled: true\n"
+    retired = RETIRED_BLOCK.format(runs=tmp_path / "history" / "runs")
+    config.write_text(mine + retired + INSTANCE_BLOCKS["concurrency"])
 
+    assert ensure_dagster_yaml(tmp_path) == ["run_monitoring"]
+
+    text = config.read_text()
+    assert text.startswith(mine + INSTANCE_BLOCKS["concurrency"])
+    assert "event_log" not in text and "event log" not in text
     with open_instance(tmp_path) as instance:
-        assert type(instance.event_log_storage) is BatchedSqliteEventLogStorage
         assert instance.get_latest_materialization_event(dg.AssetKey("old")) is not None
+    assert ensure_dagster_yaml(tmp_path) == [] and config.read_text() == text
 
 
-def _runs_folder(instance: dg.DagsterInstance) -> Path:
-    return Path(instance.event_log_storage._base_dir)  # noqa: SLF001 - where the log is kept
-
-
-def test_a_moved_home_keeps_its_event_log_with_it(tmp_path):
-    """The event log block names an absolute folder; after the home is moved (the old folder
-    gone), the next run points it at the new place, and the history recorded before the move
-    is read from there. Without this, Dagster recreated the old folder for the new runs."""
+def test_a_moved_home_keeps_its_history(tmp_path):
+    """Dagster's default storage keeps its files relative to the home: after the folder is
+    moved, the history recorded before is read from the new place, and the old one is not
+    created again."""
     old, new = tmp_path / "old" / "dagster_home", tmp_path / "new" / "dagster_home"
     old.mkdir(parents=True)
     ensure_dagster_yaml(old)
@@ -107,48 +113,11 @@ def test_a_moved_home_keeps_its_event_log_with_it(tmp_path):
         instance.report_runless_asset_event(dg.AssetMaterialization("before_the_move"))
     old.parent.rename(tmp_path / "new")
 
-    message = follow_moved_home(new)
-
-    assert message is not None and "moved" in message and str(new / "history" / "runs") in message
-    assert yaml.safe_load((new / "dagster.yaml").read_text())["event_log_storage"]["config"] == {
-        "base_dir": str(new / "history" / "runs")
-    }
-    assert (new / "dagster.yaml").read_text() == dagster_yaml(new)  # comments kept
+    assert ensure_dagster_yaml(new) == []
     with open_instance(new) as instance:
-        assert _runs_folder(instance) == new / "history" / "runs"
         assert instance.get_latest_materialization_event(dg.AssetKey("before_the_move"))
         instance.report_runless_asset_event(dg.AssetMaterialization("after_the_move"))
     assert not (tmp_path / "old").exists()
-    assert follow_moved_home(new) is None  # once
-
-
-def test_a_copied_home_is_named_and_a_chosen_folder_left_alone(tmp_path):
-    original = tmp_path / "a" / "dagster_home"
-    original.mkdir(parents=True)
-    ensure_dagster_yaml(original)
-    with open_instance(original) as instance:  # its history/runs exists: a copy, not a move
-        instance.report_runless_asset_event(dg.AssetMaterialization("original"))
-    copy = tmp_path / "b" / "dagster_home"
-    shutil.copytree(original, copy)
-    before = (copy / "dagster.yaml").read_text()
-
-    message = follow_moved_home(copy)
-
-    assert message is not None and str(original / "history" / "runs") in message
-    assert "delete the event_log_storage block" in message
-    assert (copy / "dagster.yaml").read_text() == before
-    assert follow_moved_home(original) is None
-    chosen = tmp_path / "d" / "dagster_home"
-    chosen.mkdir(parents=True)
-    ensure_dagster_yaml(chosen)
-    config = chosen / "dagster.yaml"
-    config.write_text(config.read_text().replace(str(chosen / "history"), str(tmp_path / "logs")))
-    before = config.read_text()
-    assert follow_moved_home(chosen) is None  # the operator's folder, not there yet: kept
-    assert config.read_text() == before
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    assert follow_moved_home(tmp_path / "c") is None  # no event log block: Dagster's default
 
 
 def test_broken_config_is_named(tmp_path):
@@ -200,16 +169,18 @@ def test_lock_of_a_killed_holder_is_released(tmp_path):
         holder.wait(timeout=30)
 
 
+def started_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> dg.DagsterRun:
+    return instance.add_run(
+        dg.DagsterRun(job_name="job", status=dg.DagsterRunStatus.STARTED, tags=tags)
+    )
+
+
 def test_cli_runs_left_started_are_marked_failed_and_free_their_slots():
     with dg.instance_for_test(
         overrides={"concurrency": {"pools": {"default_limit": 1}}}
     ) as instance:
-        dead = create_run_for_test(
-            instance,
-            status=dg.DagsterRunStatus.STARTED,
-            tags={TRIGGER_TAG: CLI_TRIGGER, PID_TAG: "4242"},
-        )
-        other = create_run_for_test(instance, status=dg.DagsterRunStatus.STARTED)
+        dead = started_run(instance, {TRIGGER_TAG: CLI_TRIGGER, PID_TAG: "4242"})
+        other = started_run(instance, {})
         storage = instance.event_log_storage
         storage.initialize_concurrency_limit_to_default("warehouse")
         assert storage.claim_concurrency_slot("warehouse", dead.run_id, "step").is_claimed

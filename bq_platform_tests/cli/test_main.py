@@ -2,26 +2,24 @@
 
 import gzip
 import json
-import sys
 
 import dagster as dg
 import pytest
 from click.testing import CliRunner
 
-import bq_platform.cli.main as cli_module
 import bq_platform.cli.instance as instance_module
+import bq_platform.cli.main as cli_module
 import bq_platform.cli.runner as runner_module
-from bq_platform.cli.main import main
-from bq_platform.defs.pageviews.spark_build import SparkResource
 from bq_platform.cli.instance import dagster_yaml, ensure_dagster_yaml
+from bq_platform.cli.main import main
+from bq_platform.cli.runner import PipelineRunner
 from bq_platform.lib.core import layout
 from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.storage.local import LocalObjectStore
-from bq_platform.cli.runner import PipelineRunner
 from bq_platform_tests.cli.cli_home import SLICE_LINES, CliHome
-from bq_platform_tests.lib.build.test_retention import lake
+from bq_platform_tests.lib.hourly_build.test_retention import lake
 
-#: Set-up chatter that a default run must not print (issue 7, "Quiet output").
+#: Set-up chatter that a default run must not print.
 NOISE = ("alembic", " WARN ", " - dagster - ", "Traceback", "log4j", "setLogLevel")
 
 
@@ -119,9 +117,9 @@ def test_run_refuses_a_broken_dagster_yaml_by_name(tmp_path, monkeypatch):
     assert "dagster.yaml" in result.output and "Traceback" not in result.output
 
 
-def test_run_after_the_data_folder_moved_keeps_the_event_log_with_it(tmp_path, monkeypatch):
-    """The instance's event log names an absolute folder (instance.follow_moved_home): the
-    first run after a move says, once, that the log follows the folder, and uses it."""
+def test_run_after_the_data_folder_moved_keeps_its_history_there(tmp_path, monkeypatch):
+    """The instance keeps its history in Dagster's default files, relative to its home: after
+    the data folder is moved, runs use the new place and never create the old one again."""
     for name in ("BQ_PLATFORM_ENV", "DAGSTER_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "before"))
@@ -132,18 +130,15 @@ def test_run_after_the_data_folder_moved_keeps_the_event_log_with_it(tmp_path, m
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "after"))
 
     moved = CliRunner().invoke(main, ["run"])
-    again = CliRunner().invoke(main, ["run"])
 
     assert moved.exit_code == 0, moved.output
-    runs = tmp_path / "after" / "dagster_home" / "history" / "runs"
-    assert moved.output.count(f"the event log now follows it ({runs})") == 1
-    assert "event log" not in again.output
+    assert (tmp_path / "after" / "dagster_home" / "history" / "runs").is_dir()
     assert not (tmp_path / "before").exists()
 
 
-def test_home_prepares_a_moved_home_for_make_dev(tmp_path, monkeypatch):
-    """``make dev`` runs ``bq-platform home`` before ``dagster dev``: after a move, the UI's
-    runs write their history in the new place too, not only the next ``run``'s."""
+def test_home_prepares_the_dagster_home_for_make_dev(tmp_path, monkeypatch):
+    """``make dev`` runs ``bq-platform home`` before ``dagster dev``: it prints the home, also
+    after the folder was moved, and names a broken ``dagster.yaml``."""
     old, new = tmp_path / "old" / "dagster_home", tmp_path / "new" / "dagster_home"
     old.mkdir(parents=True)
     ensure_dagster_yaml(old)
@@ -158,9 +153,9 @@ def test_home_prepares_a_moved_home_for_make_dev(tmp_path, monkeypatch):
     bad = CliRunner().invoke(main, ["home"])
 
     assert moved.exit_code == 0 and again.exit_code == 0, moved.output
-    assert moved.stdout == f"{new}\n" and "the folder was moved" in moved.stderr
-    assert again.stdout == f"{new}\n" and again.stderr == ""
-    assert (new / "dagster.yaml").read_text() == dagster_yaml(new)
+    assert moved.stdout == again.stdout == f"{new}\n"
+    assert moved.stderr == again.stderr == ""
+    assert (new / "dagster.yaml").read_text() == dagster_yaml()
     assert bad.exit_code == 1 and "dagster.yaml" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "old").exists()
 
@@ -213,7 +208,7 @@ def one_landed_day(tmp_path, monkeypatch) -> None:
 
 def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monkeypatch):
     """A run that processed nothing (here: its batches stubbed) summarizes the landed days it
-    planned, without a second scan of every landed manifest (~1 s at 3,600 files; issue 9)."""
+    planned, without a second scan of every landed manifest."""
     one_landed_day(tmp_path, monkeypatch)
     scans: list[int] = []
     real_scan = runner_module.scan_window
@@ -224,7 +219,6 @@ def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monk
     )
     summaries: list[list] = []
     monkeypatch.setattr(PipelineRunner, "_run_batch", lambda self, batch, *_: True)
-    monkeypatch.setattr(SparkResource, "start_in_background", lambda self: None)
     monkeypatch.setattr(PipelineRunner, "print_summary", lambda self, days: summaries.append(days))
 
     result = CliRunner().invoke(main, ["run"])
@@ -235,19 +229,9 @@ def test_run_scans_the_landing_zone_once_for_its_plan_and_summary(tmp_path, monk
     assert [[str(d) for d in days] for days in summaries] == [["1995-08-01"]]
 
 
-def test_run_starts_a_due_builds_spark_session_before_it_opens_the_dagster_instance(
-    tmp_path, monkeypatch
-):
-    """The JVM's start (~4 s) is the hourly run's wait for its Spark resource; planning needs
-    no Dagster instance, so the session starts first and the instance opens (0.4-0.6 s) while
-    it does (issue 9). Dead runs are still marked failed before any new run."""
+def test_run_marks_dead_runs_failed_before_any_new_run(tmp_path, monkeypatch):
     one_landed_day(tmp_path, monkeypatch)
     events: list[str] = []
-    get_instance = dg.DagsterInstance.get
-    monkeypatch.setattr(SparkResource, "start_in_background", lambda self: events.append("spark"))
-    monkeypatch.setattr(
-        dg.DagsterInstance, "get", staticmethod(lambda: events.append("instance") or get_instance())
-    )
     monkeypatch.setattr(
         instance_module, "fail_dead_runs", lambda i: events.append("dead runs") or []
     )
@@ -259,7 +243,7 @@ def test_run_starts_a_due_builds_spark_session_before_it_opens_the_dagster_insta
     result = CliRunner().invoke(main, ["run"])
 
     assert result.exit_code == 0, result.output
-    assert events == ["spark", "instance", "dead runs", "build"]
+    assert events == ["dead runs", "build"]
 
 
 def test_land_tree_prints_one_line_per_site_in_order_and_one_message_per_failure(
@@ -295,44 +279,10 @@ def test_land_tree_prints_one_line_per_site_in_order_and_one_message_per_failure
     ("argv", "status", "says"),
     [(["--help"], 0, "Usage: bq-platform"), (["no-such-command"], 2, "No such command")],
 )
-def test_the_console_script_keeps_the_status_and_freezes_the_collector_last(
-    monkeypatch, capsys, argv, status, says
-):
-    events = []
-    monkeypatch.setattr(cli_module.gc, "freeze", lambda: events.append("freeze"))
-    monkeypatch.setattr(cli_module.gc, "set_threshold", lambda *t: events.append(("thresholds", t)))
-    monkeypatch.setattr(sys, "argv", ["bq-platform", *argv])
-
+def test_the_console_script_keeps_the_status(capsys, argv, status, says):
     with pytest.raises(SystemExit) as exited:
-        cli_module.console_main()
+        cli_module.main(args=argv, prog_name="bq-platform")
 
     assert exited.value.code == status
-    # the thresholds before the command; the freeze after it, on success and on a usage error
-    assert events == [("thresholds", cli_module.COLLECTOR_THRESHOLDS), "freeze"]
     printed = capsys.readouterr()
     assert says in printed.out + printed.err
-
-
-def test_only_the_console_script_releases_the_spark_session_after_its_builds(tmp_path, monkeypatch):
-    """``bq-platform run`` from the shell stops its session beside the last publish; a test
-    process calling the CLI (``CliRunner``) shares one session and must keep it."""
-    given = []
-    monkeypatch.setattr(cli_module.gc, "set_threshold", lambda *t: None)
-    monkeypatch.setattr(cli_module.gc, "freeze", lambda: None)
-    monkeypatch.setattr(cli_module, "main", lambda **kwargs: given.append(kwargs))
-    cli_module.console_main()
-    assert given == [{"obj": {"release_spark": True}}]
-
-    made = []
-
-    def runner(**kwargs):
-        made.append(kwargs)
-        raise cli_module.click.ClickException("stop here")
-
-    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dh"))
-    monkeypatch.setattr(cli_module, "_runner", runner)
-    monkeypatch.setattr(cli_module, "_ensure_dagster_home", lambda: None)
-    result = CliRunner().invoke(main, ["run"])  # the real group (cli_module.main is patched)
-    assert "stop here" in result.output
-    assert made and made[0]["release_spark"] is False

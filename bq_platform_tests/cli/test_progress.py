@@ -5,8 +5,8 @@ import types
 
 import dagster as dg
 
-from bq_platform.lib.core.reporting import STEP_TOTALS
 from bq_platform.cli.progress import RunProgress, step_line
+from bq_platform.lib.core.reporting import STEP_TOTALS
 
 
 class UnreadableInstance:

@@ -1,18 +1,18 @@
-"""How ``bq-platform run`` groups due days into hourly runs (batches of consecutive days), and
-when it starts the Spark session ahead of them."""
+"""How ``bq-platform run`` groups due days into hourly runs (batches of consecutive days), then
+publishes them, and what it prints."""
 
 import datetime as dt
 import json
 
 import dagster as dg
 
+from bq_platform.cli.runner import PipelineRunner
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.hours import day_hours
-from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.planning import batches
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
-from bq_platform.cli.runner import PipelineRunner
-from bq_platform_tests.lib.build.test_retention import lake
+from bq_platform_tests.lib.hourly_build.test_retention import lake
 
 D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))
 
@@ -34,16 +34,6 @@ def test_partial_days_join_only_when_their_hours_touch():
     assert batches({}) == []
 
 
-class _RecordingSpark:
-    """Stands in for ``SparkResource``: records when its session was asked to start."""
-
-    def __init__(self, events: list[str]) -> None:
-        self.events = events
-
-    def start_in_background(self) -> None:
-        self.events.append("spark")
-
-
 def _runner(tmp_path, events: list[str]) -> PipelineRunner:
     store = LocalObjectStore(tmp_path / "lake")
     warehouse = DuckDBWarehouse(str(tmp_path / "warehouse.duckdb"))
@@ -58,13 +48,11 @@ def _runner(tmp_path, events: list[str]) -> PipelineRunner:
         warehouse=warehouse,
         visitor_key="k",
         echo=lambda _: None,
-        spark=_RecordingSpark(events),  # type: ignore[arg-type]
     )
     return runner
 
 
-def test_the_spark_session_starts_ahead_of_a_due_build(tmp_path, monkeypatch):
-    """The JVM starts before the definitions load (~1.4 s), which the first run needs, once."""
+def test_the_definitions_load_once_when_a_build_is_due(tmp_path, monkeypatch):
     events: list[str] = []
     runner = _runner(tmp_path, events)
 
@@ -75,10 +63,10 @@ def test_the_spark_session_starts_ahead_of_a_due_build(tmp_path, monkeypatch):
 
     monkeypatch.setattr(PipelineRunner, "_run_batch", run_batch)
     assert runner.run(hours=day_hours(D1)[:2])
-    assert events == ["spark", "definitions", "build"]
+    assert events == ["definitions", "build"]
 
 
-def test_no_spark_session_nor_definitions_when_nothing_is_due(tmp_path):
+def test_no_definitions_when_nothing_is_due(tmp_path):
     events: list[str] = []
     runner = _runner(tmp_path, events)
     assert runner.run()  # an empty landing zone: nothing to build
@@ -103,7 +91,6 @@ def test_a_lookback_window_plans_only_its_days(tmp_path):
     runner.lookback_days = 0
     lines.clear()
     runner.warehouse = DuckDBWarehouse(str(tmp_path / "warehouse.duckdb"))
-    runner.spark = None
     runner._run_batch = lambda *a: True  # type: ignore[method-assign]
     assert runner.run()
     assert lines == [
@@ -175,20 +162,11 @@ class _Result:
         self.success, self.run_id = success, "r"
 
 
-def _released(tmp_path, monkeypatch, todo, failing: set[str], release: bool) -> list[str]:
+def _executed(tmp_path, monkeypatch, todo, failing: set[str]) -> list[str]:
     """The events of executing ``todo`` with builds whose labels are in ``failing`` failing,
     then whether it succeeded."""
     events: list[str] = []
     runner = _runner(tmp_path, events)
-    runner.release_spark = release
-
-    class _Thread:
-        def join(self, timeout: float) -> None:
-            events.append("joined")
-
-    def stop() -> _Thread:
-        events.append("stop")
-        return _Thread()
 
     def build(self, label, hours):
         events.append(f"build {label}")
@@ -198,7 +176,6 @@ def _released(tmp_path, monkeypatch, todo, failing: set[str], release: bool) -> 
         events.append(f"publish {days[0]}..{days[-1]}")
         return True
 
-    monkeypatch.setattr("bq_platform.defs.pageviews.spark_build.stop_session_in_background", stop)
     monkeypatch.setattr(PipelineRunner, "_build", build)
     monkeypatch.setattr(PipelineRunner, "_publish", publish)
     monkeypatch.setattr(PipelineRunner, "_record_checks", lambda *_: None)
@@ -207,31 +184,25 @@ def _released(tmp_path, monkeypatch, todo, failing: set[str], release: bool) -> 
     return events
 
 
-def test_the_spark_session_is_released_after_the_last_build_only(tmp_path, monkeypatch):
-    """With ``release_spark`` (the console script), the session stops once no build is left,
-    beside the last publish; a failed multi-day build is rebuilt day by day first."""
+def test_batches_are_built_then_published_and_a_failed_batch_day_by_day(tmp_path, monkeypatch):
+    """Each batch is built in one run, then published; a failed multi-day build is rebuilt day
+    by day, each day published after its own build."""
     todo = {d: day_hours(d) for d in (D1, D2, D5)}
-    assert _released(tmp_path, monkeypatch, todo, set(), release=True) == [
+    assert _executed(tmp_path, monkeypatch, todo, set()) == [
         f"build {D1}..{D2}",
         f"publish {D1}..{D2}",
         f"build {D5}",
-        "stop",
         f"publish {D5}..{D5}",
-        "joined",
         "ok",
     ]
     two = {d: day_hours(d) for d in (D1, D2)}
-    assert _released(tmp_path, monkeypatch, two, {f"{D1}..{D2}"}, release=True) == [
+    assert _executed(tmp_path, monkeypatch, two, {f"{D1}..{D2}"}) == [
         f"build {D1}..{D2}",
         f"build {D1}",
         f"publish {D1}..{D1}",
         f"build {D2}",
-        "stop",
         f"publish {D2}..{D2}",
-        "joined",
         "ok",
     ]
-    assert "stop" not in _released(tmp_path, monkeypatch, todo, set(), release=False)
-    # the last build failed: no stop (the session ends with the process)
-    failed = _released(tmp_path, monkeypatch, {D5: day_hours(D5)}, {f"{D5}"}, release=True)
+    failed = _executed(tmp_path, monkeypatch, {D5: day_hours(D5)}, {f"{D5}"})
     assert failed == [f"build {D5}", "failed"]

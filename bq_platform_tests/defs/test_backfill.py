@@ -1,21 +1,17 @@
-"""A backfill of two days: the runs Dagster's backfill daemon would launch, executed in process.
+"""A backfill of two days: the runs a UI backfill launches under our backfill policies, executed
+in process.
 
-The run requests come from ``build_run_requests_with_backfill_policies``, the function the
-asset backfill daemon uses (``dagster/_core/execution/asset_backfill.py``) to split a backfill
-by each asset's ``BackfillPolicy``; so this checks our policy (24 hours per run) the way a UI
-backfill applies it.
+Dagster splits a backfill by each asset's ``BackfillPolicy`` inside its backfill daemon, which
+has no public entry point. So this reads the policies from the definitions, splits the two days
+by the policy's documented contract (runs of at most ``max_partitions_per_run`` consecutive
+partitions, tagged with their partition range; no policy: one partition per run), and executes
+those runs: 24 hours per run, one Spark session per run, every hour reported on its own.
 """
 
 import datetime as dt
 
 import dagster as dg
 import pytest
-
-# Private, but it is exactly what a UI backfill runs to chunk partitions by backfill policy.
-from dagster._core.definitions.automation_tick_evaluation_context import (
-    build_run_requests_with_backfill_policies,
-)
-from dagster._core.definitions.events import AssetKeyPartitionKey
 
 from bq_platform.defs.automation import DAILY_SELECTION, HOURLY_SELECTION
 from bq_platform.lib.core.hours import day_hours, hour_label
@@ -24,18 +20,43 @@ from bq_platform_tests.defs.conftest import CountingSparkResource, Pipeline
 pytestmark = pytest.mark.spark
 UTC = dt.UTC
 DAYS = [dt.date(1995, 8, 1), dt.date(1995, 8, 2)]
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
 
 
-def backfill_requests(
+def backfill_runs(
     pipeline: Pipeline, selection: dg.AssetSelection, keys: list[str]
-) -> list[dg.RunRequest]:
+) -> list[dict[str, str]]:
+    """Partition tags of the runs a backfill of ``keys`` (in order) launches for ``selection``,
+    under the one backfill policy its assets share (see the module docstring)."""
+    definitions = pipeline.definitions
+    assets = selection.resolve(definitions.resolve_asset_graph())
+    (policy,) = {definitions.resolve_assets_def(key).backfill_policy for key in assets}
+    if policy is None:
+        return [{"dagster/partition": key} for key in keys]
+    size = policy.max_partitions_per_run or len(keys)
+    chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
+    return [{RANGE_START: chunk[0], RANGE_END: chunk[-1]} for chunk in chunks]
+
+
+def test_hourly_assets_backfill_24_hours_per_run_and_daily_assets_one_day_per_run(
+    pipeline: Pipeline,
+):
     graph = pipeline.definitions.resolve_asset_graph()
-    assets = selection.resolve(graph)
-    return list(
-        build_run_requests_with_backfill_policies(
-            [AssetKeyPartitionKey(a, k) for a in assets for k in keys], graph, pipeline.instance
-        )
-    )
+    policies = {
+        key.to_user_string(): pipeline.definitions.resolve_assets_def(key).backfill_policy
+        for key in HOURLY_SELECTION.resolve(graph) | DAILY_SELECTION.resolve(graph)
+    }
+    assert policies == {
+        "lake/pageview_files": dg.BackfillPolicy.multi_run(max_partitions_per_run=24),
+        "warehouse/pageviews_stage": dg.BackfillPolicy.multi_run(max_partitions_per_run=24),
+        "warehouse/pageviews_sample_stage": dg.BackfillPolicy.multi_run(max_partitions_per_run=24),
+        "warehouse/pageviews_audit": dg.BackfillPolicy.multi_run(max_partitions_per_run=24),
+        "warehouse/pageviews": None,
+        "warehouse/pageviews_sample": None,
+        "warehouse/pageview_deadletters": None,
+        "reports/pageviews_completeness": None,
+    }
 
 
 def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
@@ -45,18 +66,16 @@ def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
         pipeline.land(dt.datetime.combine(day, dt.time(7), UTC), 12)
     hours = [hour_label(h) for day in DAYS for h in day_hours(day)]
 
-    hourly = backfill_requests(pipeline, HOURLY_SELECTION, hours)
-    assert [
-        (r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
-        for r in hourly
-    ] == [("1995-08-01T00", "1995-08-01T23"), ("1995-08-02T00", "1995-08-02T23")]
+    hourly = backfill_runs(pipeline, HOURLY_SELECTION, hours)
+    assert [(tags[RANGE_START], tags[RANGE_END]) for tags in hourly] == [
+        ("1995-08-01T00", "1995-08-01T23"),
+        ("1995-08-02T00", "1995-08-02T23"),
+    ]
     results = [
         pipeline.definitions.resolve_job_def("pageviews_hourly_job").execute_in_process(
-            instance=pipeline.instance,
-            tags=r.tags,
-            asset_selection=r.asset_selection,
+            instance=pipeline.instance, tags=tags
         )
-        for r in hourly
+        for tags in hourly
     ]
     # One Spark session set up per run, one run per day.
     assert len(CountingSparkResource.setups) == 2
@@ -87,19 +106,18 @@ def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
         assert {"expected", "actual", "difference"} <= metadata.keys()
         _each_hour_has_its_own_numbers(pipeline, day)
 
-    daily = backfill_requests(pipeline, DAILY_SELECTION, [d.isoformat() for d in DAYS])
-    assert sorted(r.partition_key for r in daily) == ["1995-08-01", "1995-08-02"]
-    for r in daily:
+    daily = backfill_runs(pipeline, DAILY_SELECTION, [d.isoformat() for d in DAYS])
+    assert [tags["dagster/partition"] for tags in daily] == ["1995-08-01", "1995-08-02"]
+    for tags in daily:
+        day = tags["dagster/partition"]
         result = pipeline.definitions.resolve_job_def("pageviews_daily_job").execute_in_process(
-            instance=pipeline.instance,
-            partition_key=r.partition_key,
-            asset_selection=r.asset_selection,
+            instance=pipeline.instance, partition_key=day
         )
         checks = {
             (e.check_name, e.partition, e.passed) for e in result.get_asset_check_evaluations()
         }
-        assert ("day_equals_sum_of_hours", r.partition_key, True) in checks
-        assert ("all_hours_complete", r.partition_key, True) in checks
+        assert ("day_equals_sum_of_hours", day, True) in checks
+        assert ("all_hours_complete", day, True) in checks
     assert len(CountingSparkResource.setups) == 2  # publishing starts no Spark session
     rows = pipeline.query("SELECT event_date, count(*) AS n FROM pageviews GROUP BY 1 ORDER BY 1")
     assert [(r["event_date"], r["n"]) for r in rows] == [(DAYS[0], 12), (DAYS[1], 12)]

@@ -29,35 +29,6 @@ def load_defs() -> dg.Definitions:
     return defs()
 
 
-def test_runs_load_the_same_definitions_without_the_component_catalog(monkeypatch, tmp_path):
-    """``bq-platform run`` leaves out only the catalog of installed component types (the
-    repository metadata the UI and ``dg`` read), and puts Dagster's discovery back."""
-    import importlib
-
-    from bq_platform.definitions import _PLUGIN_DISCOVERY, defs, defs_without_component_catalog
-
-    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
-    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
-    module = importlib.import_module(_PLUGIN_DISCOVERY[0])
-    discovery = getattr(module, _PLUGIN_DISCOVERY[1])
-    full, lean = defs().get_repository_def(), defs_without_component_catalog().get_repository_def()
-
-    assert getattr(module, _PLUGIN_DISCOVERY[1]) is discovery
-    catalog = "plugin_component_types_json"
-    assert full.metadata[catalog].value, "the code location lists the installed component types"
-    assert not lean.metadata[catalog].value
-    for view in (
-        lambda r: set(r.asset_graph.get_all_asset_keys()),
-        lambda r: set(r.asset_graph.asset_check_keys),
-        lambda r: {j.name for j in r.get_all_jobs()},
-        lambda r: {s.name for s in r.schedule_defs},
-        lambda r: {s.name for s in r.sensor_defs},
-        lambda r: set(r.get_top_level_resources()),
-    ):
-        assert view(lean) == view(full)
-        assert view(full)
-
-
 def test_local_definitions_load_with_every_asset_check_job_and_sensor(monkeypatch, tmp_path):
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
     monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)

@@ -4,8 +4,7 @@ import dagster as dg
 import pytest
 
 from bq_platform.defs.errors import fail_fast, non_retryable
-from bq_platform.lib.landing.producer.land import LandingError
-from bq_platform.lib.core.manifest import ManifestError
+from bq_platform.lib.core.manifest import LandingError, ManifestError
 from bq_platform.lib.publish.quota import QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import SchemaMismatchError
 

@@ -3,7 +3,7 @@
 import pytest
 
 from bq_platform.defs.resources import build_resources
-from bq_platform.lib.build.read import DEFAULT_LINES_PER_PASS
+from bq_platform.lib.hourly_build.read import DEFAULT_LINES_PER_PASS
 
 
 def test_lines_per_pass_from_the_environment(monkeypatch, tmp_path) -> None:

@@ -5,8 +5,8 @@ import dagster as dg
 
 from bq_platform.defs.resources import LocalObjectStoreResource
 from bq_platform.defs.retention import CLEANUP_CRON, staging_cleanup_job, staging_cleanup_schedule
-from bq_platform.lib.build.retention import clean_attempts, list_attempts
-from bq_platform_tests.lib.build.test_retention import T0, lake
+from bq_platform.lib.hourly_build.retention import clean_attempts, list_attempts
+from bq_platform_tests.lib.hourly_build.test_retention import T0, lake
 
 
 def test_the_schedule_runs_the_job_daily_and_is_stopped_by_default():

@@ -5,7 +5,7 @@ published; 1995-08-02 has six hours built and its completeness report run, so it
 ``all_hours_complete`` check fails (WARN) while 1995-08-01's passes. Then ``dagster-webserver``
 serves that instance on loopback and headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``, driven by Selenium) opens the pages an operator uses. Screenshots go to
-docs/screenshots/ (the README shows them).
+docs/screenshots/ (docs/ui.md shows them).
 
 Skipped, with the reason, where no browser is installed: ``.ci/run`` installs it, so CI always
 runs this test.

@@ -5,8 +5,8 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.cli.runner import DAILY_JOB, PipelineRunner
+from bq_platform.lib.landing.producer.land import land_file
 
 pytestmark = pytest.mark.spark
 

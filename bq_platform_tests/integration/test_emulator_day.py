@@ -35,13 +35,11 @@ from urllib.parse import unquote
 import pytest
 
 from bq_platform.lib.core.accounting import audit_records
-from bq_platform.lib.build.hourly import build_hours
 from bq_platform.lib.core.hours import day_hours
+from bq_platform.lib.core.manifest import HourManifest, read_hour_manifest
+from bq_platform.lib.hourly_build.build import build_hours
 from bq_platform.lib.landing.producer.land import land_file
-from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.core.manifest_reads import read_hour_manifest
-from bq_platform.lib.storage.gcs import GCSObjectStore
-from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.publish.deadletter_table import load_day_deadletters
 from bq_platform.lib.publish.protocol import (
     KINDS,
     day_completeness,
@@ -49,7 +47,8 @@ from bq_platform.lib.publish.protocol import (
     load_stage_hours,
     publish_days,
 )
-from bq_platform.lib.publish.deadletter_table import load_day_deadletters
+from bq_platform.lib.storage.gcs import GCSObjectStore
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, stage_spec
 from bq_platform_tests import emulators, http_recording

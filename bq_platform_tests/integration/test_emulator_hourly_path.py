@@ -35,22 +35,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from bq_platform.lib.core.accounting import audit_records, unbalanced
-from bq_platform.lib.build.hourly import build_hours
 from bq_platform.lib.core.hours import day_hours
 from bq_platform.lib.core.job_ids import hour_partition, job_id
-from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.core.layout import hour_manifest_key
-from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.core.manifest_reads import read_hour_manifest
-from bq_platform.lib.storage.gcs import GCSObjectStore
-from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.core.manifest import HourManifest, read_hour_manifest
+from bq_platform.lib.hourly_build.build import build_hours
+from bq_platform.lib.hourly_build.transform import PAGEVIEW_COLUMN_NAMES
+from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.publish.protocol import (
     KINDS,
     day_completeness,
     expected_rows,
     load_stage_hours,
 )
-from bq_platform.lib.build.transform import PAGEVIEW_COLUMN_NAMES
+from bq_platform.lib.storage.gcs import GCSObjectStore
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.base import JobFailedError
 from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import stage_spec

@@ -28,16 +28,16 @@ import pytest
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.job_ids import day_fingerprint, job_id, job_labels, sha256_json
 from bq_platform.lib.publish.idempotent_jobs import run_idempotent_job
-from bq_platform.lib.storage.gcs import GCSObjectStore, gcs_client
 from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.storage.gcs import GCSObjectStore, gcs_client
 from bq_platform.lib.warehouse.base import (
     CopyJob,
     JobConflictError,
     JobFailedError,
     LoadJob,
 )
-from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.bigquery.client import bigquery_client
+from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.schema import pageviews_spec, stage_spec
 from bq_platform_tests.lib.warehouse.bigquery.test_warehouse import pageview_parquet
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from bq_platform.cli.runner import DAILY_JOB
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.hours import parse_hour
-from bq_platform.cli.runner import DAILY_JOB
 from bq_platform_tests.cli.cli_home import SLICE_LINES, CliHome
 
 pytestmark = pytest.mark.spark

@@ -7,15 +7,15 @@ import gzip
 import dagster as dg
 import pyarrow.parquet as pq
 
+from bq_platform.cli.runner import PipelineRunner
 from bq_platform.defs.pageviews.assets import pageview_files
 from bq_platform.defs.resources import build_resources
 from bq_platform.defs.warehouse.assets import pageviews_audit
 from bq_platform.defs.warehouse.stage import stage_tables
 from bq_platform.lib.core.accounting import row_balanced
-from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.core.layout import DEADLETTER_PREFIX, landed_manifest_key
 from bq_platform.lib.core.manifest import LandedManifest
-from bq_platform.cli.runner import PipelineRunner
+from bq_platform.lib.landing.producer.land import land_file
 
 UTC = dt.UTC
 NASA = "ksc.nasa.gov"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from bq_platform.cli.runner import PipelineRunner
 from bq_platform.defs.pageviews.assets import REJECTED_SHARE_CHECK, pageview_files
 from bq_platform.lib.core.hours import day_hours, hour_label
 from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.publish.protocol import REJECTED_SHARE_PROBLEM, day_completeness
-from bq_platform.cli.runner import PipelineRunner
 
 SITE = "example.org"
 HOUR = dt.datetime(1995, 8, 1, 6, tzinfo=dt.UTC)

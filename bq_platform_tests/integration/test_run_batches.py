@@ -6,8 +6,8 @@ import datetime as dt
 
 import dagster as dg
 
-from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.cli.runner import DAILY_JOB, HOURLY_JOB, PipelineRunner
+from bq_platform.lib.landing.producer.land import land_file
 
 EPA = "epa.gov"
 AUG30, AUG31 = dt.date(1995, 8, 30), dt.date(1995, 8, 31)

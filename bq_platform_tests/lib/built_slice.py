@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from bq_platform.lib.build.hourly import build_hours
-from bq_platform.lib.build.hour_manifests import pageview_arrow_schema
 from bq_platform.lib.core.manifest import HourManifest, LandedManifest
+from bq_platform.lib.hourly_build.build import build_hours
+from bq_platform.lib.hourly_build.outputs import pageview_arrow_schema
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import (
     EPA,

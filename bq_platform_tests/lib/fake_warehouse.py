@@ -1,4 +1,5 @@
-"""A hand-written warehouse for the tests of the job state machine (:mod:`bq_platform.lib.publish.idempotent_jobs`).
+"""A hand-written warehouse for the tests of the job state machine
+(:mod:`bq_platform.lib.publish.idempotent_jobs`).
 
 :class:`FakeWarehouse` is the real :class:`~bq_platform.lib.warehouse.base.Warehouse` base over
 dicts: its rules, ensure cache and publish ledger run as in production, while jobs, tables and

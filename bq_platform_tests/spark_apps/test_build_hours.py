@@ -5,6 +5,7 @@ cluster)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,11 @@ import pytest
 
 from bq_platform.defs.pageviews.spark_build import installed_spark_submit
 from bq_platform.defs.partitions import hourly_partitions
-from bq_platform.lib.build import application as build_job
 from bq_platform.lib.core import layout
-from bq_platform.lib.build.hourly import build_hours
 from bq_platform.lib.core.hours import hour_label
 from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.hourly_build import application as build_job
+from bq_platform.lib.hourly_build.build import build_hours
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.spark_apps import build_hours as app
 from bq_platform_tests.lib.build_inputs import (
@@ -67,6 +68,44 @@ def test_bad_settings_exit_2_logged_once(monkeypatch, caplog) -> None:
     assert record.exc_info is None
 
 
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"BQ_PLATFORM_ENV": "prod"}, "BQ_PLATFORM_VISITOR_KEY"),
+        ({"BQ_PLATFORM_ENV": "prod", "BQ_PLATFORM_VISITOR_KEY": "k"}, "BQ_PLATFORM_BUCKET"),
+        ({"BQ_PLATFORM_ENV": "staging"}, "'local' or 'prod'"),
+        ({"BQ_PLATFORM_LINES_PER_PASS": "0"}, "BQ_PLATFORM_LINES_PER_PASS"),
+    ],
+)
+def test_bad_settings_are_named(monkeypatch, env, named) -> None:
+    for name in ("BQ_PLATFORM_VISITOR_KEY", "BQ_PLATFORM_BUCKET", "BQ_PLATFORM_GCP_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        app.resolve_job("1995-08-01T04", None, None)
+
+
+def test_no_first_hour_is_named() -> None:
+    with pytest.raises(ValueError, match="give the first UTC hour"):
+        app.resolve_job(None, None, None)
+
+
+def test_the_own_session_follows_the_environment(monkeypatch) -> None:
+    """Started as plain Python, the application's session is the Dagster resource's: the
+    master of ``BQ_PLATFORM_SPARK_MASTER`` (default ``local[*]``), quiet unless verbose."""
+    monkeypatch.delenv("BQ_PLATFORM_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("BQ_PLATFORM_SPARK_VERBOSE", raising=False)
+    assert app.session_config()["spark.master"] == "local[*]"
+    assert "log4j2" in app.session_config()["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("BQ_PLATFORM_SPARK_MASTER", "local[1]")
+    monkeypatch.setenv("BQ_PLATFORM_SPARK_VERBOSE", "1")
+    monkeypatch.setenv("BQ_PLATFORM_SPARK_DRIVER_MEMORY", "3g")
+    config = app.session_config()
+    assert config["spark.master"] == "local[1]" and config["spark.driver.memory"] == "3g"
+    assert "log4j2" not in config["spark.driver.extraJavaOptions"]
+
+
 def test_no_hours_exit_2(caplog) -> None:
     assert app.main([]) == 2
     assert "give the first UTC hour" in caplog.text
@@ -81,7 +120,7 @@ def test_a_landed_file_gone_fails_the_job_naming_it_before_spark_starts(
     )
     os.remove(store.uri(landed.data_key))
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
-    monkeypatch.setattr(build_job, "job_session", lambda: pytest.fail("Spark was started"))
+    monkeypatch.setattr(build_job, "job_session", lambda config: pytest.fail("Spark was started"))
     assert app.main([hour_label(H_NASA_1), "--attempt-id", "gone"]) == 1
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and landed.data_key in errors[0].getMessage()

@@ -7,20 +7,18 @@ import dagster as dg
 
 from bq_platform.defs.check_events import PartitionCheck, comparison, report
 from bq_platform.defs.errors import fail_fast
-from bq_platform.defs.pageviews.spark_build import HourlyBuildResource
 from bq_platform.defs.landing.assets import pageview_logs
 from bq_platform.defs.metadata import OWNERS, partition_results
+from bq_platform.defs.pageviews.spark_build import HourlyBuildResource
 from bq_platform.defs.partitions import hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings
-from bq_platform.lib.quality import rejected_share as quality
-from bq_platform.lib.core.accounting import accounting_problems
 from bq_platform.lib.core.hours import hour_label
-from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.core.manifest_reads import stage_bytes
-from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.core.manifest import HourManifest, stage_bytes
 from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
-from bq_platform.lib.publish.protocol import KINDS
 from bq_platform.lib.core.reporting import COUNT_FIELDS, counts_markdown, totals
+from bq_platform.lib.publish.protocol import KINDS
+from bq_platform.lib.quality import rejected_share as quality
+from bq_platform.lib.storage.base import ObjectStore
 
 ACCOUNTING_CHECK = "accounting_identity"
 REJECTED_SHARE_CHECK = "rejected_share"
@@ -50,9 +48,7 @@ HOURLY_BACKFILL = dg.BackfillPolicy.multi_run(max_partitions_per_run=24)
             description="Per site and hour: source_lines = pageviews + non_page_hits + rejected"
             " + duplicates + out_of_window, and every landed file has its manifest's line count.",
         ),
-        # Not blocking: the hour's stage tables and audit rows are still written (they record
-        # the rejects); the daily publish holds the day instead (publish.day_completeness),
-        # unless the operator allows it for that run (allow_rejected_share).
+        # Not blocking: the hour is still staged and audited; the daily publish holds the day.
         dg.AssetCheckSpec(
             REJECTED_SHARE_CHECK,
             asset=["lake", "pageview_files"],
@@ -71,11 +67,10 @@ def pageview_files(
     settings: PipelineSettings,
 ):  # no return annotation: Dagster types the outputs from it; returns Iterator[CheckedEvent]
     """Parquet files of pageviews (AWStats "pages": successful or not-modified GETs of documents)
-    per UTC hour, written under a per-attempt prefix and named by the hour's manifest
-    (staging/pageviews/hour=<H>/_MANIFEST.json). Every line is accounted for: pages are stored,
-    other hits counted, bad lines kept in the dead-letter area with a reason code, duplicate
-    deliveries and lines outside the hour counted. visitor_id is an HMAC of the client address;
-    the 1-in-200 visitor sample is written in the same pass."""
+    per UTC hour, named by the hour's manifest (staging/pageviews/hour=<H>/_MANIFEST.json).
+    Every line is accounted for: pages stored, other hits counted, bad lines kept as dead
+    letters with a reason code. visitor_id is an HMAC of the client address; the 1-in-200
+    visitor sample is written in the same pass."""
     hours = partition_hours(context)
     attempt_id = f"{context.run_id}-{context.retry_number}"
     context.log.info(
@@ -89,7 +84,7 @@ def pageview_files(
     started = time.monotonic()
     manifests = spark.build(context, store, hours, attempt_id=attempt_id, settings=settings)
     seconds = time.monotonic() - started
-    problems = [p for m in manifests for p in accounting_problems(m)]
+    problems = [p for m in manifests for p in m.accounting_problems()]
     if problems:
         context.log.error("accounting does not balance:\n%s", "\n".join(problems[:50]))
     by_hour = {hour_label(m.hour): _hour_metadata(store, m, attempt_id) for m in manifests}
@@ -128,13 +123,10 @@ def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) 
 
 
 def accounting_check(manifest: HourManifest) -> PartitionCheck:
-    """The hour's accounting identity as a check result on its partition.
-
-    Metadata: expected (source lines announced by the producers' manifests), actual (lines
-    accounted for by a category), difference, and the sites and files that disagree.
-    """
+    """The hour's accounting identity as a check result on its partition: expected (source
+    lines the manifests announce) against actual (lines accounted for), and what disagrees."""
     counts = manifest.counts
-    problems = accounting_problems(manifest)
+    problems = manifest.accounting_problems()
     expected = sum(c.source_lines for c in counts)
     actual = sum(c.accounted for c in counts)
     return PartitionCheck(
@@ -169,12 +161,8 @@ def accounting_check(manifest: HourManifest) -> PartitionCheck:
 
 
 def rejected_share_check(manifest: HourManifest, max_share: float) -> PartitionCheck:
-    """The hour's rejected share per site (:mod:`bq_platform.lib.quality.rejected_share`) as a check result.
-
-    Passes when every site is ``ok``; fails with WARN when the worst site is above 1%, with
-    ERROR when one is above ``max_share``. Metadata: the worst rate, and per site above 1% its
-    rate, top reasons with counts and sample lines (cut to 200 characters).
-    """
+    """The hour's rejected share per site (:mod:`bq_platform.lib.quality.rejected_share`) as a
+    check result: passes when every site is ``ok``, else WARN or ERROR by the worst site."""
     verdicts = quality.grade_counts(manifest.counts, max_share)
     level = quality.worst_level(verdicts)
     flagged = [v for v in verdicts if v.level != quality.LEVEL_OK]

@@ -12,9 +12,9 @@ from bq_platform.defs.metadata import OWNERS
 from bq_platform.defs.partitions import daily_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.defs.warehouse.assets import pageviews_audit
-from bq_platform.lib.quality.completeness import hour_status, markdown_report, render_png
 from bq_platform.lib.core.hours import day_hours, hour_label
-from bq_platform.lib.core.manifest_reads import read_hour_manifests
+from bq_platform.lib.core.manifest import read_hour_manifests
+from bq_platform.lib.quality.completeness import hour_status, markdown_report, render_png
 
 COMPLETENESS_CHECK = "all_hours_complete"
 REPORT_PREFIX = "reports/completeness"
@@ -55,11 +55,10 @@ def pageviews_completeness(
     warehouse: WarehouseResource,
     settings: PipelineSettings,
 ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
-    """Per UTC day: source lines, pageviews and rejected lines per site and hour, as a table, a
-    24-hour bar chart per site and a PNG heat map of sites x hours, so a gap (an hour without
-    data, not built, or unbalanced) is seen at a glance. The picture is shown in the report when
-    BQ_PLATFORM_REPORTS_URL says where a browser reads it (make dev sets it); its path is in
-    the metadata. Read from the audit table and the hour manifests; it writes no table."""
+    """Per UTC day: source lines, pageviews and rejected lines per site and hour, as a table
+    and a PNG heat map of sites x hours, so a gap (an hour without data, not built, or
+    unbalanced) is seen at a glance. The picture is shown when BQ_PLATFORM_REPORTS_URL says
+    where a browser reads it. Read from the audit table and the hour manifests."""
     store, wh = object_store.get_store(), warehouse.get_warehouse()
 
     def one_day(day: dt.date) -> DayReport:

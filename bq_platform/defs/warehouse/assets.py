@@ -25,7 +25,7 @@ from bq_platform.defs.resources import (
 from bq_platform.defs.warehouse.stage import STAGE_KEYS
 from bq_platform.lib.core.accounting import audit_records
 from bq_platform.lib.core.hours import hour_label
-from bq_platform.lib.core.manifest_reads import read_hour_manifests
+from bq_platform.lib.core.manifest import read_hour_manifests
 from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish.protocol import (
     REJECTED_SHARE_PROBLEM,
@@ -57,9 +57,9 @@ class PublishConfig(dg.Config):
     allow_incomplete_hours: bool = False
     """Publish even if some hours are not complete (they are left out). Operator's decision."""
     allow_rejected_share: bool = False
-    """Publish hours whose rejected share is above ``BQ_PLATFORM_MAX_REJECTED_SHARE`` (their
-    well-formed lines are published; the rejects stay in the dead letters). Operator's decision
-    (``bq-platform run --allow-rejected``)."""
+    """Publish hours whose rejected share is above ``BQ_PLATFORM_MAX_REJECTED_SHARE`` (the
+    rejects stay in the dead letters). Operator's decision (``bq-platform run
+    --allow-rejected``)."""
 
 
 @dg.asset(
@@ -79,10 +79,9 @@ def pageviews_audit(
     object_store: ObjectStoreResource,
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
-    """Accounting per site and UTC hour: source_lines (from the producers' manifests),
-    pageviews, non_page_hits, rejected, duplicates, out_of_window, with the build's fingerprint
-    and run. source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window
-    holds in every row of a complete hour. An hour's rows are replaced atomically."""
+    """Accounting per site and UTC hour, with the build's fingerprint and run:
+    source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window holds in
+    every row of a complete hour. An hour's rows are replaced atomically."""
     store, wh = object_store.get_store(), warehouse.get_warehouse()
     started = time.monotonic()
     hours = partition_hours(context)

@@ -52,11 +52,9 @@ def pageview_deadletters(
     settings: PipelineSettings,
 ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
     """Rejected and out-of-window lines (site, delivery hour, file, line, reason, raw text), in
-    day partitions on delivery_date (UTC), clustered by site and reason. Each day partition is
-    replaced by one WRITE_TRUNCATE load job of the dead-letter files its hour manifests name, so
-    it holds the current build attempts only; it is loaded for every built hour, also when the
-    completeness gate holds the day back, since that is when an operator needs it. On the
-    command line: ``bq-platform deadletters``."""
+    day partitions on delivery_date (UTC), clustered by site and reason. Holds the current
+    build attempts of every built hour, also when the completeness gate holds the day back.
+    On the command line: ``bq-platform deadletters``."""
     store, wh = object_store.get_store(), warehouse.get_warehouse()
 
     def one_day(day: dt.date) -> DayReport:

@@ -17,10 +17,14 @@ from bq_platform.defs.resources import (
     WarehouseResource,
 )
 from bq_platform.lib.core.hours import hour_label
-from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.core.manifest_reads import read_hour_manifests, stage_bytes, stage_files
-from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.core.manifest import (
+    HourManifest,
+    read_hour_manifests,
+    stage_bytes,
+    stage_files,
+)
 from bq_platform.lib.publish.protocol import StageResult, load_stage_hours
+from bq_platform.lib.storage.base import ObjectStore
 
 STAGE_CHECK = "stage_matches_manifest"
 _STAGE_DOCS = {
@@ -71,11 +75,9 @@ def stage_tables(
     warehouse: WarehouseResource,
     settings: PipelineSettings,
 ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
-    """Both hourly stage tables in one step (either alone when the run selects one): every
-    load job of both is submitted before any is waited for, so the 72 small sample loads of a
-    72-hour run overlap the full ones instead of running in a step of their own (issue 9,
-    docs/PERFORMANCE.md). A failed load fails the step, so both assets; the loads that
-    succeeded are in the job ledger, and the re-run skips them."""
+    """Both hourly stage tables in one step (either alone when the run selects one), all load
+    jobs submitted before any is waited for. A failed load fails the step; the loads that
+    succeeded are in the ledger, and the re-run skips them."""
     store, wh = object_store.get_store(), warehouse.get_warehouse()
     started = time.monotonic()
     kinds = [kind for kind, key in STAGE_KEYS.items() if key in context.selected_asset_keys]
@@ -124,8 +126,6 @@ def _stage_report(
     name, key = STAGE_ASSETS[kind], STAGE_KEYS[kind]
     actions = [r.outcome.action for r in results]
     rows = sum(r.table_rows or 0 for r in results)
-    # One line per asset: each context.log line is an event (the per-job lines go to
-    # bq_platform.lib.publish.idempotent_jobs's logger; adoptions and failures still come here).
     context.log.info(
         "%s: %d hours, %d rows; jobs %d submitted, %d skipped, %d adopted; %.1f s",
         name,

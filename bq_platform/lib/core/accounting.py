@@ -1,31 +1,20 @@
-"""The accounting identity of the pipeline, per site and UTC hour.
+"""The accounting identity, per site and UTC hour (DESIGN.md, "Accounting identity"):
 
 ``source_lines = pageviews + non_page_hits + rejected + duplicates + out_of_window``
 
-- ``source_lines``: lines the producers' manifests announce for the hour, summed over every
-  delivered file (a file delivered twice counts twice here, and once more in ``duplicates``).
-- ``pageviews``: page requests stored in ``pageviews`` (see :mod:`bq_platform.lib.core.pages`).
-- ``non_page_hits``: well-formed requests that are not pages (images, errors, POSTs...):
-  counted, not stored.
-- ``rejected``: lines that cannot be parsed; kept in the dead-letter area with a reason code.
-- ``duplicates``: lines of a file whose content (checksum) was already delivered for the
-  same site and hour (at-least-once delivery).
-- ``out_of_window``: parseable lines whose timestamp is not in the partition's hour; kept in
-  the dead-letter area with reason ``out_of_window``.
-
-The rule comes from DESIGN.md ("Accounting identity"); the audit table stores one
-:class:`SiteHourCounts` per site and hour.
+- ``source_lines``: lines the producers' manifests announce, summed over every delivered file
+  (a file delivered twice counts twice here, and once in ``duplicates``);
+- ``pageviews``: page requests stored in ``pageviews`` (:mod:`bq_platform.lib.core.pages`);
+- ``non_page_hits``: well-formed requests that are not pages: counted, not stored;
+- ``rejected``: lines that cannot be parsed; dead-lettered with a reason code;
+- ``duplicates``: lines of a file whose checksum was already delivered for the site and hour;
+- ``out_of_window``: parseable lines outside the partition's hour; dead-lettered.
 """
 
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-from bq_platform.lib.core.hours import hour_label
-
-if TYPE_CHECKING:  # manifest.py imports this module
-    from bq_platform.lib.core.manifest import HourManifest
+from typing import Any
 
 #: Longest raw sample line a manifest keeps (characters); the UI shows fewer.
 MAX_SAMPLE_CHARS = 1000
@@ -33,13 +22,9 @@ MAX_SAMPLE_CHARS = 1000
 
 @dataclasses.dataclass(frozen=True)
 class SiteHourCounts:
-    """Line counts of one site in one UTC hour (all counts are line counts, >= 0).
-
-    ``rejected_reasons`` (reason code -> lines, summing to ``rejected``) and
-    ``rejected_samples`` (a few raw rejected lines, each at most
-    :data:`MAX_SAMPLE_CHARS` characters) feed the rejected-share check
-    (:mod:`bq_platform.lib.quality.rejected_share`); manifests written before they existed read as empty.
-    """
+    """Line counts (>= 0) of one site in one UTC hour. ``rejected_reasons`` (reason -> lines,
+    summing to ``rejected``) and ``rejected_samples`` (raw lines of at most
+    :data:`MAX_SAMPLE_CHARS`) feed the rejected-share check; absent from a document, empty."""
 
     site: str
     hour: dt.datetime
@@ -68,11 +53,9 @@ class SiteHourCounts:
         return self.source_lines == self.accounted
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict; ``hour`` as ``YYYY-MM-DDTHH:00:00+00:00``.
-
-        Field by field, not ``dataclasses.asdict`` (which deep-copies every value: 85 us a
-        site-hour, 0.3 s for the 3,600 of the 1x bench's hour manifests, written after Spark's
-        last job; issue 9)."""
+        """JSON-ready dict, the fields in order, ``hour`` as ``YYYY-MM-DDTHH:00:00+00:00``: the
+        document ``dataclasses.asdict`` gives (hour fingerprints cover it), without its deep
+        copies."""
         data = {name: getattr(self, name) for name in _COUNTS_FIELDS}
         data["hour"] = self.hour.isoformat()
         data["rejected_reasons"] = dict(self.rejected_reasons)
@@ -161,25 +144,10 @@ def unbalanced(counts: Iterable[SiteHourCounts]) -> list[SiteHourCounts]:
     return [c for c in counts if not c.balanced]
 
 
-def accounting_problems(manifest: "HourManifest") -> list[str]:
-    """What does not add up in one hour: unbalanced sites, landed files whose line count
-    differs from their manifest, and data files without a manifest (an incomplete delivery,
-    issue 7), one line each, naming the site or the file."""
-    label = hour_label(manifest.hour)
-    return (
-        [
-            f"{c.site} {label}: source_lines {c.source_lines} != accounted {c.accounted}"
-            for c in manifest.counts
-            if not c.balanced
-        ]
-        + [
-            f"{m['data_key']}: manifest says {m['manifest_lines']} lines, "
-            f"file has {m['lines_read']}"
-            for m in manifest.file_mismatches
-        ]
-        + [
-            f"{key}: data file without a manifest (incomplete delivery: its lines are not counted; "
-            "have the producer write the manifest, or land the file again)"
-            for key in manifest.orphan_files
-        ]
-    )
+def category_totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:
+    """Lines per category of :data:`CATEGORY_FIELDS`, summed over ``counts``."""
+    totals = dict.fromkeys(CATEGORY_FIELDS, 0)
+    for c in counts:
+        for field in CATEGORY_FIELDS:
+            totals[field] += getattr(c, field)
+    return totals

@@ -4,17 +4,12 @@ A job ID names *what* the job writes, *where*, and *from which content*:
 
     bqp_<kind>_<destination>_<partition>_<fingerprint[:20]>_g<generation>
 
-- ``kind``: ``load`` or ``copy``;
-- ``destination``: table name (``pageviews``, ``pageviews_stage_1995080104``);
 - ``partition``: ``YYYYMMDD`` (day) or ``YYYYMMDDHH`` (hour);
-- ``fingerprint``: hex SHA-256 of the content (the hour manifest, or the day's stage tables);
-  an ID built without it can silently skip new data (Apache Beam issue 28219);
+- ``fingerprint``: hex SHA-256 of the content; an ID built without it can silently skip new
+  data (apache/beam#28219);
 - ``generation``: 0, bumped when a job with the same content failed and must be redone.
 
-BigQuery job IDs may hold letters, digits, ``_`` and ``-``, up to 1,024 characters
-(cloud.google.com/bigquery/docs/running-jobs#generate-jobid); ours stay under 120.
-Labels follow BigQuery's label rules: <= 63 characters, lowercase letters, digits, ``_``, ``-``
-(cloud.google.com/bigquery/docs/labels-intro#requirements).
+Job IDs and labels follow BigQuery's rules (:mod:`bq_platform.lib.warehouse.rules`).
 """
 
 import datetime as dt
@@ -39,22 +34,16 @@ def sha256_json(payload: object) -> str:
 
 
 def input_fingerprint(checksums: Iterable[tuple[str, str]]) -> str:
-    """Fingerprint of one hour's landed input: the set of ``(site, sha256)`` of its files.
-
-    Order and repeated deliveries of the same file do not change it.
-    """
+    """Fingerprint of one hour's landed input: the set of ``(site, sha256)`` of its files
+    (order and repeated deliveries do not change it)."""
     return sha256_json(sorted(set(checksums)))
 
 
 def hour_fingerprint(
     input_fp: str, transform_version: str, key_id: str, sample_modulus: int
 ) -> str:
-    """Content fingerprint of one hour's Parquet output.
-
-    The output is a pure function of the landed input, the transform code version, the
-    pseudonymization key (by its ID, never the key) and the sample rate, so those four
-    determine it; Parquet bytes themselves are not reproducible (writer metadata, file names).
-    """
+    """Content fingerprint of one hour's Parquet output, a pure function of these four
+    arguments (Parquet bytes themselves are not reproducible)."""
     return sha256_json(
         {"input": input_fp, "transform": transform_version, "key": key_id, "sample": sample_modulus}
     )

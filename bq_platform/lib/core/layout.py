@@ -1,21 +1,13 @@
-"""Where every piece of data lives inside the object store (local directory or GCS bucket).
+"""Every object-store key, in one place so all stages agree: relative, ``/``-separated::
 
-One module owns the key layout so that the lander, the Spark build, the sensors and the
-production adapters agree on it. Keys are relative, ``/``-separated, and never start with ``/``.
-
-::
-
-    landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.log.gz            landed file
-    landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.manifest.json     written last
-    landing/_registry/site=<site>/<source, URL-quoted>.json     what was landed of a source
-    staging/pageviews/attempt=<attempt_id>/full/hour=<YYYY-MM-DDTHH>/part-*.parquet   one attempt
-    staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
-    deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
-    staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
-    staging/pageviews/_ATTEMPTS_UNNAMED.json     the full cleanup pass: sightings, settled attempts
-
-The hour is the UTC hour, formatted ``YYYY-MM-DDTHH`` (:func:`bq_platform.lib.core.hours.hour_label`,
-re-exported here; the same label is the Dagster hourly partition key).
+landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.log.gz            landed file
+landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.manifest.json     written last
+landing/_registry/site=<site>/<source, URL-quoted>.json     what was landed of a source
+staging/pageviews/attempt=<attempt_id>/full/hour=<YYYY-MM-DDTHH>/part-*.parquet   one attempt
+staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
+deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
+staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
+staging/pageviews/_ATTEMPTS_UNNAMED.json     the full cleanup pass: sightings, settled attempts
 """
 
 import datetime as dt
@@ -40,8 +32,7 @@ def validate_site(site: str) -> str:
     """Return ``site`` unchanged if it is a valid site name (lowercase host-like, <= 100 chars).
 
     Raises:
-        ValueError: if the name has characters that cannot appear in an object key or a
-            warehouse value unescaped (``/``, ``=``, spaces, upper case).
+        ValueError: for ``/``, ``=``, spaces, upper case or other unsafe characters.
     """
     if not _SITE_RE.match(site):
         raise ValueError(
@@ -57,11 +48,10 @@ def landing_hour_prefix(site: str, hour: dt.datetime) -> str:
 
 
 def landed_data_key(site: str, hour: dt.datetime, sha256: str) -> str:
-    """Key of a landed gzip file; named by its content checksum, so re-landing is idempotent.
+    """Key of a landed gzip file, named by the checksum of the content first landed there.
 
-    The name is the checksum of the content first landed there: when a growing log's last,
-    unterminated line grows, the lander rewrites the object that held it in place (see
-    :mod:`bq_platform.lib.landing.producer.land`), so only the manifest's ``sha256`` is authoritative.
+    The lander may rewrite a growing log's last object in place, so only the manifest's
+    ``sha256`` is authoritative.
     """
     return f"{landing_hour_prefix(site, hour)}/{sha256[:32]}{LANDED_DATA_SUFFIX}"
 
@@ -150,7 +140,8 @@ def hour_manifest_key(hour: dt.datetime) -> str:
 #: Folder-name prefixes of one attempt and of one hour inside the staging and dead-letter trees.
 ATTEMPT_FOLDER = "attempt="
 HOUR_FOLDER = "hour="
-#: Bookkeeping of :mod:`bq_platform.lib.build.retention`: first time each unnamed attempt was seen.
+#: Bookkeeping of :mod:`bq_platform.lib.hourly_build.retention`: first time each unnamed attempt
+#: was seen.
 ATTEMPT_REGISTRY_KEY = f"{STAGING_PREFIX}/_ATTEMPTS_UNNAMED.json"
 
 

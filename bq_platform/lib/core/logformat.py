@@ -1,70 +1,26 @@
 """Common Log Format and Combined Log Format: patterns, reason codes, a Python reference parser.
 
-One access-log line (Apache ``LogFormat "%h %l %u %t \\"%r\\" %>s %b"`` for Common, plus
-``\\"%{Referer}i\\" \\"%{User-agent}i\\"`` for Combined; nginx's ``combined`` is the same;
-Apache's ``vhost_combined`` puts ``%v:%p`` in front)::
+A line is Apache's Common ``LogFormat "%h %l %u %t \\"%r\\" %>s %b"``, Combined (plus
+``\\"%{Referer}i\\" \\"%{User-agent}i\\"``, as nginx's ``combined``) or ``vhost_combined``
+(``%v:%p`` in front), with any extra fields (``%D``, ``$request_time``) kept as written.
+The Spark transform and the lander use these patterns, written in the dialect common to Python
+``re`` (``re.ASCII | re.DOTALL``, ``fullmatch``) and ``java.util.regex`` (:func:`java_regex`);
+:func:`parse_line` is the Python reference of the Spark parse, and tests make them agree.
 
-    [vhost:port] host ident authuser [dd/MMM/yyyy:HH:mm:ss +zzzz] "request" status bytes
-        ["referrer" "agent"] [extra fields...] [blanks]
+Rules (DESIGN.md, "Formats": a line is rejected only when no reading of it is sound):
 
-The Spark transform (:mod:`bq_platform.lib.build.transform`) and the lander
-(:mod:`bq_platform.lib.landing.producer.land`, which splits files by the hour of
-:func:`parse_clf_timestamp`) must read a line the same way, so both use the patterns defined
-here: :data:`LINE_PATTERN` etc. are written in the regex dialect common to Python ``re`` (with
-``re.ASCII | re.DOTALL``, ``fullmatch``; possessive quantifiers need Python 3.11) and Java
-``java.util.regex`` (through :func:`java_regex`, which adds ``(?s)^(?: ... )\\z``).
-:func:`parse_line` is the Python reference of the Spark parse; the tests check that both agree
-line by line on the bundled real logs and on a table of real-server variants.
+- One trailing ``\\r`` is stripped; bytes that are not UTF-8 become U+FFFD; a text containing
+  ``\\n`` is ``malformed``.
+- Each quoted field is read *strictly* first, as Apache escapes it (mod_log_config, "Format
+  Notes"); only when no strict reading exists are inner quotes allowed (old servers): the
+  request then runs to the *last* ``" <3 digits> <digits or ->`` that a sound rest follows.
+- A request that is ``-``, empty or one token is no request: the line is a non-page hit.
+- ``bytes`` is ``-`` (null) or a signed 64-bit decimal; the status is any three digits.
+- The timestamp is ``dd/MMM/yyyy:HH:mm:ss +hhmm`` (English months, any case), a real time with
+  an offset of at most 18:00, in years 1-9999 once in UTC.
 
-Rules (each one is what real logs need):
-
-- A line is split on ``\\n`` only; one trailing ``\\r`` is stripped (CRLF files). Bytes that are
-  not UTF-8 are decoded with U+FFFD replacement characters (as Python's
-  ``bytes.decode("utf-8", "replace")`` and Spark's ``make_valid_utf8`` both do). Other control
-  characters stay as they are (a real EPA URL contains DEL). A text containing ``\\n`` is not
-  one line: it is ``malformed`` (the Spark parse uses ``\\n`` as its internal separator).
-- DESIGN.md ("Formats"): a line is rejected only when no reading of it is sound, and a field
-  never swallows the next one. So each quoted field is first read *strictly*, as Apache
-  writes it: ``\\"`` and ``\\\\`` are escapes and the first unescaped quote ends the field
-  (a backslash-escaped quote never does). Only when no strict reading of the whole line exists
-  are unescaped quotes allowed inside a field (old servers): the request is then matched
-  greedily up to the *last* ``" <3 digits> <digits or ->`` that a sound rest follows (so quotes
-  inside URLs work), the referrer and the user agent each as the shortest quoted field that
-  fits. The escapes are undone in the request, referrer and user agent (:func:`unescape`).
-- After the bytes (or the user agent): any number of extra fields (Apache ``%D``/``%T``, nginx
-  ``$request_time``, a quoted ``"$http_x_forwarded_for"``), each a strictly quoted field or a
-  token without blanks or quotes, then any trailing blanks (spaces, tabs). The extra fields are
-  kept as written in ``extra_fields``; the pipeline stores them in the column of that name.
-- ``vhost_combined``: a first token ``host:port`` before the usual three is the virtual host
-  (``vhost``); a line with four tokens before the timestamp whose first is not ``host:port`` is
-  not a log line.
-- The request is ``METHOD target [HTTP/x.y]``: the target is everything between the method and
-  a trailing `` HTTP/x.y`` token, or to the end when there is none (HTTP/0.9-style two-token
-  lines, and the NASA logs, whose protocol token was dropped). URLs with spaces work. A request
-  that is ``-``, empty or a single token is *not a request*: the line is well-formed and counts
-  as a non-page hit, not as rejected.
-- ``bytes`` is ``-`` (nothing sent, becomes null) or a decimal that fits a signed 64-bit int.
-- The status is any three digits (``000`` and ``499`` occur in real logs); anything else is
-  ``bad_status``.
-- The timestamp must be ``dd/MMM/yyyy:HH:mm:ss +hhmm`` with English month abbreviations (any
-  case, as Spark's parser accepts), a real calendar date and time (no leap seconds), an offset of
-  at most 18:00, and fall in years 1-9999 once converted to UTC.
-
-Reason codes, in the order they are decided (the first that applies wins):
-
-- :data:`REASON_EMPTY_LINE`: the line is empty or only whitespace (``' \\t\\v\\f\\r'``).
-- :data:`REASON_BAD_STATUS`: the line has the CLF shape but the status is not 3 digits.
-- :data:`REASON_BAD_BYTES`: the line has the CLF shape but bytes is neither ``-`` nor a
-  64-bit decimal.
-- :data:`REASON_MALFORMED`: anything else that is not a CLF/Combined line: garbage, a line
-  truncated mid-field, a missing bracket or quote, an extra field that is neither a quoted field
-  nor a token, an embedded ``\\n``.
-- :data:`REASON_BAD_TIMESTAMP`: well-formed, but the timestamp cannot be read (see above).
-- :data:`REASON_OUT_OF_WINDOW`: well-formed with a readable timestamp outside the partition's
-  UTC hour (assigned by the transform, which knows the hour; never by :func:`parse_line`).
-
-The first five make a line ``rejected``; the last one ``out_of_window`` (see
-:mod:`bq_platform.lib.core.accounting`). Both kinds go to the dead-letter area with the raw line.
+Reason codes are in :data:`REASONS`; the first of :data:`REJECT_REASONS` that applies wins.
+Only the transform, which knows the hour, assigns :data:`OUT_OF_WINDOW_REASONS`.
 """
 
 import dataclasses
@@ -77,8 +33,7 @@ REASON_BAD_STATUS = "bad_status"
 REASON_BAD_BYTES = "bad_bytes"
 REASON_BAD_TIMESTAMP = "bad_timestamp"
 REASON_OUT_OF_WINDOW = "out_of_window"
-#: Out of window because the timestamp is before the first hourly partition, or later than now
-#: plus the allowed clock skew (:mod:`bq_platform.lib.core.partition_window`; issue 7).
+#: Out of the window of :mod:`bq_platform.lib.core.partition_window`.
 REASON_BEFORE_FIRST_PARTITION = "before_first_partition"
 REASON_FUTURE_TIMESTAMP = "future_timestamp"
 
@@ -90,14 +45,13 @@ REJECT_REASONS: tuple[str, ...] = (
     REASON_MALFORMED,
     REASON_BAD_TIMESTAMP,
 )
-#: Reasons that make a line ``out_of_window``: a readable timestamp outside the partition's UTC
-#: hour (decided by the transform, which knows the hour and the window).
+#: Reasons that make a line ``out_of_window`` (a readable timestamp outside the hour).
 OUT_OF_WINDOW_REASONS: tuple[str, ...] = (
     REASON_OUT_OF_WINDOW,
     REASON_BEFORE_FIRST_PARTITION,
     REASON_FUTURE_TIMESTAMP,
 )
-#: Every reason code with a one-line description (for docs, the UI and dead-letter readers).
+#: Every reason code with a one-line description.
 REASONS: dict[str, str] = {
     REASON_EMPTY_LINE: "empty or whitespace-only line",
     REASON_BAD_STATUS: "CLF-shaped line whose status is not 3 digits",
@@ -110,47 +64,35 @@ REASONS: dict[str, str] = {
 }
 
 #: Inside a quoted field as Apache writes it (``ap_escape_logitem``): ``\"`` and ``\\`` are
-#: escapes, so a quote after a backslash never ends the field. Possessive: a field's end is its
-#: first unescaped quote, nothing to backtrack into.
+#: escapes; possessive, so the first unescaped quote ends it.
 STRICT_FIELD = r'[^"\\]*+(?:\\.[^"\\]*+)*+'
-#: A field with unescaped quotes inside (old servers, the NASA/EPA logs), longest first; still
-#: escape-aware, so ``\"`` never ends it.
+#: A field with unescaped quotes inside (old servers), longest first; still escape-aware.
 LOOSE_FIELD_LONGEST = r"[^\\]*(?:\\.[^\\]*)*"
 #: The same, shortest first (a loose referrer or user agent never swallows the next field).
 LOOSE_FIELD_SHORTEST = r"[^\\]*?(?:\\.[^\\]*?)*?"
-#: One field after the user agent (Apache ``%D``/``%T``, nginx ``$request_time``, a quoted
-#: ``"$http_x_forwarded_for"``): a strictly quoted field or a token without blanks or quotes.
+#: One extra field: a strictly quoted field or a token without blanks or quotes.
 EXTRA_FIELD = rf'(?:"{STRICT_FIELD}"|[^\s"]++)'
-#: A CLF, Combined or ``vhost_combined`` line with optional extra fields and trailing blanks.
-#: Groups: 1 vhost (``host:port``, unmatched without), 2 host, 3 ident, 4 authuser,
-#: 5 timestamp text, 6 request, 7 status, 8 bytes, 9 referrer, 10 user agent (9 and 10 unmatched
-#: for Common lines), 11 the extra fields as written, blanks between them kept (unmatched if
-#: none). Each quoted field is read strictly first (escapes, no inner quote) and loosely only
-#: when no strict reading of the whole line exists.
+#: A whole line. Groups: 1 vhost, 2 host, 3 ident, 4 authuser, 5 timestamp text, 6 request,
+#: 7 status, 8 bytes, 9 referrer, 10 user agent, 11 the extra fields (unmatched if absent).
 LINE_PATTERN = (
     r"(?:(\S+:\d+) )?(\S+) (\S+) (\S+) \[([^\]]*)\] "
     rf'"({STRICT_FIELD}|{LOOSE_FIELD_LONGEST})" (\d{{3}}) (\d+|-)'
     rf'(?: "({STRICT_FIELD}|{LOOSE_FIELD_SHORTEST})" "({STRICT_FIELD}|{LOOSE_FIELD_SHORTEST})")?'
     rf"(?:[ \t]+({EXTRA_FIELD}(?:[ \t]+{EXTRA_FIELD})*+))?[ \t]*"
 )
-#: Number of groups of :data:`LINE_PATTERN`.
 LINE_GROUPS = 11
-#: The CLF shape with any status and bytes tokens, request matched lazily: only used to tell
-#: ``bad_status``/``bad_bytes`` from ``malformed`` for lines :data:`LINE_PATTERN` rejects.
-#: Groups: 1 request, 2 status token, 3 bytes token.
+#: The CLF shape with any status and bytes tokens: tells ``bad_status``/``bad_bytes`` from
+#: ``malformed``. Groups: 1 request, 2 status token, 3 bytes token.
 LOOSE_LINE_PATTERN = r'(?:\S+:\d+ )?\S+ \S+ \S+ \[[^\]]*\] "(.*?)" (\S+) (\S+)(?:[ \t].*)?'
-#: Number of groups of :data:`LOOSE_LINE_PATTERN`.
 LOOSE_LINE_GROUPS = 3
 #: An escape inside a quoted field (``\"`` or ``\\``); replaced by group 1, left to right.
 ESCAPE_PATTERN = r'\\(["\\])'
 #: ``METHOD target [HTTP/x.y]``. Groups: 1 method, 2 target, 3 protocol (unmatched if absent).
 REQUEST_PATTERN = r"(\S+) (.+?)(?: (HTTP/[0-9]+(?:\.[0-9]+)?))?"
-#: The timestamp text inside the brackets.
 TIMESTAMP_PATTERN = r"(\d{2})/([A-Za-z]{3})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})"
 #: Spark datetime pattern equivalent to :data:`TIMESTAMP_PATTERN` (``Z`` reads ``+hhmm``).
 SPARK_TIMESTAMP_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
-#: Prefix of a line up to the timestamp (``vhost_combined``'s ``host:port`` too); the lander
-#: reads the hour of malformed lines with it. Group 4 is the timestamp text.
+#: Prefix of a line up to the timestamp, so malformed lines still have an hour. Group 4: the text.
 LINE_PREFIX_PATTERN = r"(?:\S+:\d+ )?(\S+) (\S+) (\S+) \[([^\]]*)\]"
 
 #: Characters that count as blank for :data:`REASON_EMPTY_LINE`.
@@ -184,14 +126,9 @@ _BYTES_RE = re.compile(r"\d+|-", _FLAGS)
 
 
 def java_regex(pattern: str) -> str:
-    """Anchor one of this module's patterns for Java (Spark's ``rlike``/``regexp_*``).
-
-    ``(?s)`` lets ``.`` match ``\\r`` and other line terminators inside a line (Java's ``.``
-    excludes them by default, Python's only excludes ``\\n``), and ``\\z`` is the absolute end
-    (Java's ``$`` also matches before a final line terminator); the group keeps a top-level
-    alternation (``a|b``) inside the anchors. The result matches exactly what
-    ``re.fullmatch(pattern, text, re.ASCII | re.DOTALL)`` matches.
-    """
+    """Anchor a pattern for Java (Spark's ``rlike``/``regexp_*``) so it matches exactly what
+    ``re.fullmatch(pattern, text, re.ASCII | re.DOTALL)`` does (``\\z``: Java's ``$`` also
+    matches before a final line terminator)."""
     return "(?s)^(?:" + pattern + r")\z"
 
 
@@ -206,13 +143,9 @@ def is_blank(line: str) -> bool:
 
 
 def parse_timestamp_field(text: str) -> dt.datetime | None:
-    """Read the text between the brackets, e.g. ``30/Aug/1995:15:27:00 -0400``.
-
-    Returns:
-        The instant as a UTC-aware datetime, or None if the text is not a valid timestamp
-        (rules in the module docstring; the same ones Spark's ``try_to_timestamp`` with
-        :data:`SPARK_TIMESTAMP_FORMAT` applies, plus the year range).
-    """
+    """The UTC instant of the text between the brackets (``30/Aug/1995:15:27:00 -0400``), or
+    None where Spark's ``try_to_timestamp`` with :data:`SPARK_TIMESTAMP_FORMAT` (plus the year
+    range) gives null."""
     match = TIMESTAMP_RE.fullmatch(text)
     if not match:
         return None
@@ -238,18 +171,9 @@ def parse_timestamp_field(text: str) -> dt.datetime | None:
 
 
 def parse_clf_timestamp(text: str) -> dt.datetime | None:
-    """UTC time of a log line, or of a bare timestamp field.
-
-    Args:
-        text: a whole log line (``host ident user [timestamp] ...``; only the part up to the
-            closing bracket is looked at, so a line with a broken request still has a time), or
-            the timestamp field itself, with or without its brackets.
-
-    Returns:
-        A timezone-aware UTC datetime, or None if no valid timestamp is found. For every line the
-        Spark transform parses as well-formed, this is exactly its ``event_ts``; the month names
-        are English whatever the process locale.
-    """
+    """UTC time of a log line (only its part up to the timestamp is read), or of a bare
+    timestamp field with or without brackets; None if there is no valid timestamp. For a
+    well-formed line this is exactly the Spark transform's ``event_ts``."""
     match = _PREFIX_RE.match(clean_line(text))
     if match:
         return parse_timestamp_field(match.group(4))
@@ -299,19 +223,12 @@ class ParsedLine:
 
     Attributes:
         reason: None for a well-formed line with a readable timestamp, else one of
-            :data:`REJECT_REASONS`.
-        host, ident, authuser: the first three fields (None if the line is not CLF-shaped).
-        timestamp: UTC time, None if unreadable.
-        request: the raw request field (between the quotes).
+            :data:`REJECT_REASONS`; the other fields are None where not parsed.
+        request: the request field, unescaped (:func:`unescape`) as referrer and user agent.
         parsed_request: its parts, None if it is not ``METHOD target``.
-        status: HTTP status; response_bytes: None for ``-``.
-        referrer, user_agent: Combined fields; None for Common lines, ``-`` or empty.
-        vhost: ``host:port`` of a ``vhost_combined`` line, else None.
-        extra_fields: what follows the last standard field (``%D``, ``$request_time``,
-            ``"$http_x_forwarded_for"``...) as written, outer blanks trimmed; None if nothing.
-
-    ``request``, ``referrer`` and ``user_agent`` are unescaped (``\\"`` -> ``"``,
-    ``\\\\`` -> ``\\``); ``extra_fields`` is kept as written.
+        timestamp: UTC; response_bytes: None for ``-``; vhost: ``host:port`` or None.
+        referrer, user_agent: None for Common lines, ``-`` or empty.
+        extra_fields: what follows the last standard field, as written; None if nothing.
     """
 
     reason: str | None
@@ -330,12 +247,8 @@ class ParsedLine:
 
 
 def unescape(field: str) -> str:
-    """Undo Apache's escapes in a quoted field: ``\\"`` -> ``"``, ``\\\\`` -> ``\\``.
-
-    One left-to-right pass (:data:`ESCAPE_PATTERN`), the same as Spark's ``regexp_replace``;
-    other backslashes (``\\x22``, ``\\n``, a lone ``\\``) stay as they are. Apache writes
-    ``"`` and ``\\`` in ``%r`` and ``%{...}i`` this way (mod_log_config, "Format Notes").
-    """
+    """Undo Apache's escapes in a quoted field: ``\\"`` -> ``"``, ``\\\\`` -> ``\\`` (one
+    left-to-right pass, as Spark's ``regexp_replace``; other backslashes stay)."""
     return _ESCAPE_RE.sub(r"\1", field) if "\\" in field else field
 
 
@@ -357,14 +270,8 @@ def _diagnose(line: str) -> str:
 
 
 def parse_line(line: str) -> ParsedLine:
-    """Parse one decoded log line (without its ``\\n``) by the rules of the module docstring.
-
-    Args:
-        line: the line as text (decode bytes with ``errors="replace"`` first).
-
-    Returns:
-        A :class:`ParsedLine`; never raises for any input.
-    """
+    """Parse one log line (text without its ``\\n``, decoded with ``errors="replace"``) by
+    the rules of the module docstring; never raises."""
     line = clean_line(line)
     match = LINE_RE.fullmatch(line)
     if match is None or NEWLINE in line:

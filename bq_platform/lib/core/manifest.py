@@ -1,25 +1,22 @@
-"""Manifests: small JSON documents that say which files count.
+"""Manifests: small JSON documents, versioned by ``format``, that say which files count.
 
-Two kinds:
-
-- :class:`LandedManifest`, written by a producer (or ``bq-platform land``) next to each landed
-  file, *after* the file. Its ``lines`` is the *source count* of the file.
-- :class:`HourManifest`, written by the Spark build after all Parquet files of one attempt for
-  one hour are complete. It names exactly the files the load job loads, and carries the
-  per-site accounting and the content fingerprint used in job IDs.
-
-Both are versioned with ``format`` so that a reader can refuse a manifest it does not know.
+- :class:`LandedManifest`: written by a producer next to each landed file, *after* the file.
+- :class:`HourManifest`: written by the build once all Parquet files of one attempt for one
+  hour are complete; it names exactly the files the load jobs load.
 """
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bq_platform.lib.core.accounting import SiteHourCounts
-from bq_platform.lib.core.layout import hour_label, parse_hour_label
+from bq_platform.lib.core.hours import hour_label, parse_hour_label
+from bq_platform.lib.core.layout import hour_manifest_key
+from bq_platform.lib.storage.base import ObjectNotFoundError, ObjectStore
 
 LANDED_MANIFEST_FORMAT = "bq_platform.landed/1"
 #: A CRC32C as GCS encodes it: base64 of 4 bytes.
@@ -31,25 +28,23 @@ class ManifestError(ValueError):
     """A manifest is missing a field, has the wrong format, or disagrees with its data."""
 
 
+class LandingError(ValueError):
+    """Input cannot be landed, or a landed file or manifest is missing, corrupt or disagrees
+    with the other; the message names the objects, what disagreed, and what to do."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LandedManifest:
-    """Producer manifest of one landed gzip file.
+    """Producer manifest of one landed gzip file of ``site`` (e.g. ``epa.gov``) and UTC ``hour``.
 
     Attributes:
-        site: publisher key, e.g. ``epa.gov``.
-        hour: UTC hour the file belongs to.
-        data_key: object-store key of the landed gzip file.
-        lines: number of log lines in the file (``\\n``-terminated, plus a final unterminated
-            line if any): the *source count*.
-        bytes: size of the landed (gzip) object in bytes.
-        sha256: hex SHA-256 of the landed object's bytes; two deliveries with the same value
-            are the same delivery (see :mod:`bq_platform.lib.core.accounting`, ``duplicates``).
+        lines: log lines in the file (``\\n``-terminated, plus a final unterminated one): the
+            *source count*.
+        bytes: size of the landed object.
+        sha256: hex SHA-256 of the landed bytes; equal values are the same delivery.
         source: name of the file the lines came from (informational).
-        crc32c: CRC32C of the landed object's bytes, base64 of the big-endian checksum: the
-            value GCS keeps of every object and returns in its listings
-            (:func:`bq_platform.lib.storage.base.crc32c`). Optional (``""``: a producer
-            that does not write it); with it, a build on GCS checks the file from the listing
-            it makes anyway instead of downloading it (issue 9, docs/production.md).
+        crc32c: CRC32C of the landed bytes as GCS lists it (base64, big-endian); optional
+            (``""``). With it, a build on GCS checks the file from its listing.
     """
 
     site: str
@@ -79,12 +74,7 @@ class LandedManifest:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<manifest>") -> "LandedManifest":
-        """Parse a landed manifest.
-
-        Raises:
-            ManifestError: naming ``where`` if the JSON is invalid, the format unknown or a
-                field missing or of the wrong type.
-        """
+        """Parse a landed manifest; ManifestError naming ``where`` if it is not valid."""
         data = _load(text, where, LANDED_MANIFEST_FORMAT)
         try:
             manifest = cls(
@@ -114,23 +104,16 @@ class HourManifest:
     """What one successful build attempt produced for one UTC hour.
 
     Attributes:
-        hour: the UTC hour.
         attempt_id: the attempt whose files count (a Dagster run ID, or a CLI-made ID).
-        fingerprint: content fingerprint (hex SHA-256) of this hour's output; see
-            :func:`bq_platform.lib.core.job_ids.hour_fingerprint`. Job IDs are built from it.
-        input_fingerprint: fingerprint of the landed inputs (their checksums).
-        full_files / sample_files / deadletter_files: object-store keys of Parquet files.
-        rows / sample_rows: rows in the full and sample files.
-        counts: per-site accounting for the hour (every known site, zeros included).
+        fingerprint: hex SHA-256 of the hour's output
+            (:func:`bq_platform.lib.core.job_ids.hour_fingerprint`); job IDs are built from it.
+        input_fingerprint: of the landed inputs (their checksums).
+        counts: per-site accounting (every known site, zeros included).
         file_mismatches: landed files whose line count differs from their manifest:
             ``{"data_key", "manifest_lines", "lines_read"}``.
-        orphan_files: keys of landed data files of the hour that no manifest names: an
-            incomplete delivery, so the hour is incomplete (absent in manifests written before
-            issue 7: read as none).
-        full_bytes / sample_bytes: total size in bytes of ``full_files`` / ``sample_files``,
-            from the build's listing of its outputs, so a step that reports them sends no
-            request per file (issue 9); None in manifests written before.
-        created_at: UTC time the manifest was written.
+        orphan_files: landed data files of the hour no manifest names (incomplete deliveries).
+        full_bytes, sample_bytes: bytes of ``full_files``/``sample_files``; None when the
+            document lacks them (:func:`stage_bytes`).
     """
 
     hour: dt.datetime
@@ -178,11 +161,7 @@ class HourManifest:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<manifest>") -> "HourManifest":
-        """Parse an hour manifest.
-
-        Raises:
-            ManifestError: naming ``where`` if the document is not a valid hour manifest.
-        """
+        """Parse an hour manifest; ManifestError naming ``where`` if it is not valid."""
         data = _load(text, where, HOUR_MANIFEST_FORMAT)
         try:
             return cls(
@@ -204,6 +183,77 @@ class HourManifest:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{where}: bad or missing field: {exc}") from exc
+
+    def accounting_problems(self) -> list[str]:
+        """What does not add up in the hour, one line each naming the site or the file:
+        unbalanced sites, landed files whose line count differs from their manifest, and data
+        files without a manifest (an incomplete delivery)."""
+        label = hour_label(self.hour)
+        return (
+            [
+                f"{c.site} {label}: source_lines {c.source_lines} != accounted {c.accounted}"
+                for c in self.counts
+                if not c.balanced
+            ]
+            + [
+                f"{m['data_key']}: manifest says {m['manifest_lines']} lines, "
+                f"file has {m['lines_read']}"
+                for m in self.file_mismatches
+            ]
+            + [
+                f"{key}: data file without a manifest (incomplete delivery: its lines are not "
+                "counted; have the producer write the manifest, or land the file again)"
+                for key in self.orphan_files
+            ]
+        )
+
+
+#: Hour manifests :func:`parse_hour_manifest` keeps parsed (a few to tens of KB of text each).
+PARSED_MANIFESTS = 256
+
+
+@functools.lru_cache(maxsize=PARSED_MANIFESTS)
+def parse_hour_manifest(text: str | bytes, where: str) -> HourManifest:
+    """:meth:`HourManifest.from_json`, cached by exact text and ``where``: a manifest changes
+    only by being rewritten, which changes its text, so a process's steps share one parsed
+    manifest (do not change its ``file_mismatches`` dicts)."""
+    return HourManifest.from_json(text, where=where)
+
+
+def read_hour_manifests(
+    store: ObjectStore, hours: Sequence[dt.datetime]
+) -> dict[dt.datetime, HourManifest | None]:
+    """Each hour's manifest (None: never built), in order, read side by side; ManifestError
+    naming the object if one is unreadable."""
+    keys = {hour: hour_manifest_key(hour) for hour in hours}
+    texts = store.read_many(list(keys.values()))
+    manifests: dict[dt.datetime, HourManifest | None] = {}
+    for hour, key in keys.items():
+        text = texts[key]
+        if isinstance(text, ObjectNotFoundError):  # never built
+            manifests[hour] = None
+        else:
+            manifests[hour] = parse_hour_manifest(text, store.uri(key))
+    return manifests
+
+
+def read_hour_manifest(store: ObjectStore, hour: dt.datetime) -> HourManifest | None:
+    """:func:`read_hour_manifests` of one hour."""
+    return read_hour_manifests(store, [hour])[hour]
+
+
+def stage_files(manifest: HourManifest, kind: str) -> list[str]:
+    """Object keys of the hour's ``kind`` (``"full"`` or ``"sample"``) Parquet files."""
+    return list(manifest.full_files if kind == "full" else manifest.sample_files)
+
+
+def stage_bytes(store: ObjectStore, manifest: HourManifest, kind: str) -> int:
+    """Bytes of the hour's ``kind`` Parquet files, as the manifest records them, else one size
+    request per file."""
+    recorded = manifest.full_bytes if kind == "full" else manifest.sample_bytes
+    if recorded is not None:
+        return recorded
+    return sum(store.size(k) for k in stage_files(manifest, kind))
 
 
 def _optional_int(value: Any) -> int | None:

@@ -1,21 +1,12 @@
 """The hours a line may land in: from the first hourly partition to now plus a small skew.
 
-A timestamp outside the partitions must never create an hour that is no partition (issue 7: a
-line dated 2099 created day 2099-08-01, then every publish failed with
-``DagsterUnknownPartitionError``; a line dated 1990, before the first partition, raised
-``CheckError`` on every run). So:
+A timestamp outside the partitions must never create an hour that is no Dagster partition
+(publishes would fail with ``DagsterUnknownPartitionError``). So the lander puts such a line in
+the hour of its neighbours, and the build counts it ``out_of_window`` with
+:data:`REASON_BEFORE_FIRST_PARTITION` or :data:`REASON_FUTURE_TIMESTAMP`.
 
-- the lander (:mod:`bq_platform.lib.landing.producer.land`) puts a line whose UTC hour is outside the window
-  in the hour of its neighbours, exactly as a line whose timestamp cannot be read;
-- the build then counts it ``out_of_window`` (its hour is not the partition's) with its own
-  reason code, :data:`REASON_BEFORE_FIRST_PARTITION` or :data:`REASON_FUTURE_TIMESTAMP`,
-  instead of the generic ``out_of_window`` (a producer's wrong folder). :func:`out_of_window_reason`
-  is the Python reference, :func:`out_of_window_reason_column` the Spark expression the
-  transform uses; the tests make them agree.
-
-The window is hour-granular: ``first_hour <= hour(ts) <= last_hour``. ``first_hour`` is the
-first partition (``BQ_PLATFORM_FIRST_HOUR``, read by ``defs/partitions.py``, passed down as a
-parameter); ``last_hour`` is the UTC hour of *now* plus :data:`MAX_FUTURE_SKEW`.
+The window is ``first_hour <= hour(ts) <= last_hour``: ``first_hour`` is the first partition
+(``BQ_PLATFORM_FIRST_HOUR``), ``last_hour`` the UTC hour of now plus :data:`MAX_FUTURE_SKEW`.
 """
 
 import dataclasses
@@ -23,18 +14,16 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from bq_platform.lib.core import logformat as lf
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-#: How far in the future a timestamp may be and still land in its own hour: producers' clocks
-#: drift (NTP keeps them within seconds; a clock an hour off is already wrong). A later line is
-#: ``future_timestamp``. One hour keeps a future hour from waiting long to become a partition.
+#: How far in the future a timestamp may be and still land in its own hour (clock drift).
 MAX_FUTURE_SKEW = dt.timedelta(hours=1)
 
-#: Reason codes (defined with every other one in :data:`bq_platform.lib.core.logformat.REASONS`).
+#: Reason codes (all in :data:`bq_platform.lib.core.logformat.REASONS`).
 REASON_BEFORE_FIRST_PARTITION = lf.REASON_BEFORE_FIRST_PARTITION
 REASON_FUTURE_TIMESTAMP = lf.REASON_FUTURE_TIMESTAMP
-#: The generic reason: a readable, in-window timestamp outside the file's own hour.
 REASON_OUT_OF_WINDOW = lf.REASON_OUT_OF_WINDOW
 
 
@@ -57,11 +46,8 @@ class HourWindow:
         now: dt.datetime | None = None,
         skew: dt.timedelta = MAX_FUTURE_SKEW,
     ) -> "HourWindow":
-        """The window from ``first_hour`` to the hour of ``now`` (default: the clock) + ``skew``.
-
-        Raises:
-            ValueError: if ``first_hour`` or ``now`` is naive.
-        """
+        """The window from ``first_hour`` to the hour of ``now`` (default: the clock) + ``skew``;
+        ``ValueError`` if ``first_hour`` or ``now`` is naive."""
         if first_hour is not None and first_hour.tzinfo is None:
             raise ValueError(f"first_hour must be timezone-aware UTC, got {first_hour!r}")
         if now is not None and now.tzinfo is None:
@@ -96,10 +82,7 @@ class HourWindow:
 
 
 def out_of_window_reason(event_ts: dt.datetime, window: HourWindow | None) -> str:
-    """Reason code of an ``out_of_window`` line with readable timestamp ``event_ts`` (UTC).
-
-    Python reference of :func:`out_of_window_reason_column`.
-    """
+    """Reason code of an ``out_of_window`` line with readable timestamp ``event_ts`` (UTC)."""
     hour = floor_hour(event_ts)
     if window is not None and window.first_hour is not None and hour < window.first_hour:
         return REASON_BEFORE_FIRST_PARTITION

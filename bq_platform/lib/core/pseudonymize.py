@@ -1,25 +1,15 @@
 """Pseudonymous visitor IDs and the 1-in-200 visitor sample.
 
-``visitor_id`` is a keyed hash of the client host (address or name): the first 32 hex digits
-(128 bits) of HMAC-SHA256(key, host as UTF-8). Without the key, the ID cannot be linked back to
-an address by hashing candidate addresses (which an unkeyed hash of the 2**32 IPv4 addresses
-would allow in minutes). The key comes from the environment; only its :func:`key_id` is ever
-written down (in fingerprints and manifests), never the key.
+``visitor_id`` is the first 32 hex digits (128 bits) of HMAC-SHA256(key, host as UTF-8): keyed,
+so it cannot be linked back to an address by hashing all 2**32 IPv4 addresses. The key comes
+from the environment; only its :func:`key_id` is ever written down.
 
-HMAC is computed in Spark with native expressions, by the definition of RFC 2104 (and FIPS
-198-1): ``H((K0 xor opad) || H((K0 xor ipad) || message))`` where ``K0`` is the key padded with
-zeros to SHA-256's 64-byte block (or hashed first if longer), ``ipad`` = 0x36 and ``opad`` = 0x5c
-repeated. The two padded key blocks are computed here in Python; Spark does
-``sha2(concat(block, bytes), 256)`` twice. This works on every Spark 4 (the native ``hmac``
-function only arrived in 4.3). :func:`visitor_id` (Python's :mod:`hmac`) is the reference, and
-the tests check that both agree.
-
-The blocks are as secret as the key (XOR with 0x36 gives it back), so they enter the Spark plan
-as a one-row DataFrame read through scalar subqueries, not as literals: a literal would be
-printed by ``explain()``, the Spark UI's SQL tab and the event log of a history server.
+Spark computes HMAC natively by its definition (RFC 2104): ``H((K0 xor opad) || H((K0 xor ipad)
+|| message))``. The padded key blocks are as secret as the key, so they enter the plan through
+scalar subqueries, never as literals that ``explain()`` or the Spark UI would print.
 
 The sample: a visitor is in it iff ``int(visitor_id[:8], 16) % 200 == 0``, so a sampled
-visitor's whole history is in the sample, on every re-run, with no state (DESIGN.md, "Sample").
+visitor's whole history is in it, on every re-run, with no state (DESIGN.md, "Sample").
 """
 
 import hashlib
@@ -53,10 +43,7 @@ def _key_bytes(key: str | bytes) -> bytes:
 
 
 def key_id(key: str | bytes) -> str:
-    """Public identifier of a key: the first 16 hex digits of SHA-256(key).
-
-    Safe to log and to put in fingerprints; changing the key changes every visitor_id, so the
-    key ID is part of the output fingerprint (:func:`bq_platform.lib.core.job_ids.hour_fingerprint`).
+    """Public identifier of a key: the first 16 hex digits of SHA-256(key); safe to log.
 
     Raises:
         ValueError: if the key is empty.
@@ -65,10 +52,7 @@ def key_id(key: str | bytes) -> str:
 
 
 def hmac_key_blocks(key: str | bytes) -> tuple[bytes, bytes]:
-    """The inner and outer padded key blocks of HMAC-SHA256 (RFC 2104, section 2).
-
-    Returns:
-        ``(K0 xor ipad, K0 xor opad)``, 64 bytes each.
+    """``(K0 xor ipad, K0 xor opad)`` of HMAC-SHA256, 64 bytes each (RFC 2104, section 2).
 
     Raises:
         ValueError: if the key is empty.
@@ -96,10 +80,8 @@ def in_sample(visitor: str, modulus: int = SAMPLE_MODULUS) -> bool:
 
 
 def key_blocks_frame(spark: SparkSession, key: str | bytes) -> DataFrame:
-    """One-row DataFrame ``(inner_block BINARY, outer_block BINARY)`` of :func:`hmac_key_blocks`.
-
-    Built from an Arrow table: a local relation on the driver (``LocalTableScan``, whose plan
-    string shows no values), with no Python worker to start.
+    """One-row DataFrame ``(inner_block BINARY, outer_block BINARY)`` of :func:`hmac_key_blocks`
+    (a local relation from Arrow: its plan string shows no values).
 
     Raises:
         ValueError: if the key is empty.
@@ -117,14 +99,7 @@ def key_blocks_frame(spark: SparkSession, key: str | bytes) -> DataFrame:
 def visitor_id_column(host: Column, key: str | bytes, spark: SparkSession) -> Column:
     """Spark expression of :func:`visitor_id` (native ``sha2``/``unhex``/``concat``, no UDF).
 
-    Args:
-        host: a STRING column (null gives null).
-        key: the pseudonymization key. It reaches the executors as the two padded blocks,
-            through scalar subqueries over :func:`key_blocks_frame`, so no plan string shows it.
-        spark: the session that evaluates the expression.
-
-    Returns:
-        A STRING column of 32 lower-case hex digits.
+    ``host`` is a STRING column (null gives null); the result is 32 lower-case hex digits.
 
     Raises:
         ValueError: if the key is empty.

@@ -19,15 +19,12 @@ COUNT_FIELDS = (
 
 
 STEP_TOTALS = "step_totals"
-"""Materialization metadata key of a range step's totals (JSON: hours, rows, jobs, seconds...),
-the same on each hour's materialization; the hour's own numbers are its other keys
-(``bq_platform.defs.metadata.partition_results``)."""
+"""Metadata key of a range step's totals (JSON: hours, rows, jobs, seconds), on each hour."""
 
 
 PASS_PROGRESS = re.compile(r"^pass \d+/\d+: ")
-"""The log line each Spark pass of the build starts with (``pass 2/9: hours ...``,
-``bq_platform.lib.build.hourly``): ``bq-platform run`` prints these as they come
-(``bq_platform.cli.progress``), the only progress of a long build in its quiet output."""
+"""Start of the log line of each Spark pass of the build (``pass 2/9: hours ...``), which
+``bq-platform run`` prints as progress."""
 
 
 def totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:
@@ -60,14 +57,11 @@ def summary_table(
     rows_by_day: Mapping[dt.date, Sequence[Mapping[str, Any]]],
     checks_by_day: Mapping[dt.date, Sequence[tuple[str, str, bool]]],
 ) -> list[str]:
-    """``bq-platform run``'s closing table: per UTC day and site, source lines, pageviews,
-    non-page hits, rejected, duplicates, out of window, sample rows (all lines or rows) and
-    balanced hours, then one line per check (asset, check name, passed) of that day, however
-    many partitions it ran on.
+    """``bq-platform run``'s closing table: per UTC day and site, the :data:`COUNT_FIELDS` sums
+    and balanced hours, then one line per check (asset, check name) of that day.
 
-    ``rows_by_day``: the ``pageviews_audit`` rows of each day (one per site and hour, with
-    :data:`COUNT_FIELDS`), in the order the days are shown. The site column is as wide as the
-    longest site name (at least 16), so every number stays under its heading.
+    ``rows_by_day``: the ``pageviews_audit`` rows of each day (one per site and hour), in the
+    order shown. ``checks_by_day``: ``(asset, check, passed)`` per partition evaluated.
     """
     by_day: dict[dt.date, dict[str, list[Mapping[str, Any]]]] = {}
     for day, rows in rows_by_day.items():

@@ -1,29 +1,9 @@
 """What the hourly build reads: the landed deliveries of a site and hour, checked.
 
-A *delivery* is one landed manifest and the data file it names
-(:mod:`bq_platform.lib.landing.producer.land` writes both). Before Spark reads anything, the build
-(:mod:`bq_platform.lib.build.hourly`):
-
-- lists the sites (``landing/pageviews/site=<name>``:
-  :func:`~bq_platform.lib.landing.index.list_sites`), then each site's landed files of the
-  hours in one listing, and reads their manifests side by side (:func:`landed_hours`: on GCS
-  every listing and read is a request);
-- marks a delivery whose SHA-256 was already delivered for the same site and hour as a
-  duplicate (at-least-once delivery: its lines count as ``duplicates`` and are not read);
-- finds data files that no manifest names (an incomplete delivery: the hour is incomplete);
-- checks every landed file against its manifest (exists, byte size, checksum) and raises
-  :class:`~bq_platform.lib.landing.producer.land.LandingError` naming each file that disagrees, with what to
-  do (land it again: landing repairs what disagrees with its manifest).
-
-How a file is checked (:func:`verify_landed`): when the store's listing carries the object's
-CRC32C (GCS does, for every object: cloud.google.com/storage/docs/data-validation) and the
-manifest has one (``bq-platform land`` writes it), from the listing the build made anyway: no
-request and no byte through the driver (CRC32C detects a damaged or replaced file, as GCS
-itself uses it; the SHA-256 stays the delivery's identity for duplicates and fingerprints).
-Otherwise (a local disk, or a producer's manifest without ``crc32c``) with one download: its
-length, SHA-256, CRC32C if the manifest has one, and the gzip magic bytes. A file that passes
-but is no readable gzip (a producer's bad file with a matching manifest) fails in Spark's read,
-which names it; the build turns that into a ``LandingError`` too (:mod:`bq_platform.lib.build.hourly`).
+A *delivery* is one landed manifest and the data file it names. Before Spark reads anything,
+the build lists them (:func:`landed_hours`; a repeated SHA-256 of the same site and hour is a
+``duplicate``, as delivery is at-least-once) and checks every file against its manifest
+(:func:`verify_landed`).
 """
 
 import dataclasses
@@ -33,9 +13,8 @@ import re
 from collections.abc import Sequence
 
 from bq_platform.lib.core import layout
-from bq_platform.lib.landing.producer.land import LandingError
+from bq_platform.lib.core.manifest import LandedManifest, LandingError, ManifestError
 from bq_platform.lib.landing.index import SITE_FOLDER, find_orphans
-from bq_platform.lib.core.manifest import LandedManifest, ManifestError
 from bq_platform.lib.storage.base import (
     ListedObject,
     ObjectNotFoundError,
@@ -60,12 +39,9 @@ class LandedDelivery:
     """One landed manifest as the build sees it.
 
     Attributes:
-        manifest_key: object key of the manifest.
-        manifest: its content.
         duplicate: True when an earlier manifest (by key order) of the same site and hour has
             the same SHA-256: this delivery's lines count as ``duplicates`` and are not read.
-        data_object: the data file as the build's listing saw it (size, and CRC32C where the
-            store keeps one); None when the listing did not have it.
+        data_object: the data file as the build's listing saw it; None if it was not listed.
     """
 
     manifest_key: str
@@ -78,21 +54,13 @@ def landed_hours(
     store: ObjectStore, sites: Sequence[str], hours: Sequence[dt.datetime]
 ) -> dict[tuple[str, dt.datetime], tuple[list[LandedDelivery], list[str]]]:
     """Per (site, UTC hour) of ``sites`` x ``hours``: its landed manifests (by key, duplicates
-    marked) and its orphans, data files no manifest names (an incomplete delivery, issue 7; see
-    :func:`bq_platform.lib.landing.index.find_orphans`).
+    marked) and its orphans (:func:`bq_platform.lib.landing.index.find_orphans`).
 
-    Requests: one listing per site, from the first hour's folder to the one after the last
-    (``list_objects``' ``start``/``end``; hours in between that were not asked for are skipped;
-    each delivery keeps its data file's listing entry, :attr:`LandedDelivery.data_object`),
-    and the manifests read side by side (``ObjectStore.read_many``). On GCS each listing and
-    each read is a request, ~20-100 ms: one listing per site and hour, then one manifest after
-    the other, was 7,200 requests in a row for the 72-hour batch of the 1x bench (3,600 landed
-    files) before Spark read a line (docs/PERFORMANCE.md).
+    One listing per site, then the manifests read side by side.
 
     Raises:
-        LandingError: if a manifest is unreadable, names another site or hour, or points at a
-            data file outside its folder or not named ``[A-Za-z0-9._-]+.gz`` (the first such
-            manifest by site, hour and key).
+        LandingError: for the first manifest that is unreadable, names another site or hour,
+            or points at a data file outside its folder or not named ``[A-Za-z0-9._-]+.gz``.
     """
     wanted = sorted(set(hours))
     keys: dict[tuple[str, dt.datetime], list[str]] = {(s, h): [] for s in sites for h in wanted}
@@ -124,11 +92,7 @@ def landed_hours(
 def landed_hour(
     store: ObjectStore, site: str, hour: dt.datetime
 ) -> tuple[list[LandedDelivery], list[str]]:
-    """:func:`landed_hours` of one site and hour.
-
-    Raises:
-        LandingError: as :func:`landed_hours`.
-    """
+    """:func:`landed_hours` of one site and hour (raises as it does)."""
     return landed_hours(store, [site], [hour])[(site, hour)]
 
 
@@ -140,8 +104,7 @@ def _hour_deliveries(
     texts: dict[str, bytes | ObjectNotFoundError],
     listed: dict[str, ListedObject],
 ) -> tuple[list[LandedDelivery], list[str]]:
-    """The deliveries and orphans of one site and hour from its folder's ``keys``, the
-    manifests' ``texts`` and the listing's entries (see :func:`landed_hours`)."""
+    """The deliveries and orphans of one site and hour (see :func:`landed_hours`)."""
     prefix = layout.landing_hour_prefix(site, hour)
     deliveries: list[LandedDelivery] = []
     seen: set[str] = set()
@@ -194,8 +157,7 @@ def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
 
 
 def _file_problem(store: ObjectStore, delivery: LandedDelivery) -> str | None:
-    """:func:`_check_file`'s finding without the file's name (named only when wrong: two URIs
-    per file were a fifth of a local check's time)."""
+    """:func:`_check_file`'s finding, without the file's name."""
     manifest = delivery.manifest
     listed = delivery.data_object
     if listed is not None and listed.crc32c and manifest.crc32c:  # no request: the listing
@@ -204,7 +166,7 @@ def _file_problem(store: ObjectStore, delivery: LandedDelivery) -> str | None:
         if listed.crc32c != manifest.crc32c:
             return f"CRC32C is {listed.crc32c}, the manifest says {manifest.crc32c}"
         return None
-    try:  # one request: the download's length is the size (no metadata request first)
+    try:
         data = store.read_bytes(manifest.data_key)
     except ObjectNotFoundError:
         return "the file is missing"
@@ -223,16 +185,9 @@ def _file_problem(store: ObjectStore, delivery: LandedDelivery) -> str | None:
 def verify_landed(store: ObjectStore, deliveries: Sequence[LandedDelivery]) -> None:
     """Check that every landed file exists with its manifest's byte size and checksum.
 
-    From the listing when both the listing (:attr:`LandedDelivery.data_object`) and the
-    manifest have the file's CRC32C: its size and CRC32C, no request. On GCS that is every
-    file ``bq-platform land`` wrote, so a build sends no request per landed file before Spark
-    reads them (a download per file was the whole batch's raw logs through the driver: 41 MB
-    at the 1x bench, ~650 MB at 16x). Otherwise one download per file, on the store's
-    ``read_threads`` (GCS: 8, object stores reward parallel reads; a local disk: 1, where
-    threads only add lock hand-offs: the 1x bench's 3,600 files in 0.24-0.29 s on one thread
-    against 0.86-0.92 s on eight, and still 0.63 against 0.88-0.98 s for files 16x as large;
-    issue 9): size, SHA-256, CRC32C when the manifest has one, and the gzip magic bytes. A file
-    the listing did not have is downloaded too, and reported missing.
+    When both the listing and the manifest have the file's CRC32C (GCS lists it for every
+    object: cloud.google.com/storage/docs/data-validation), size and CRC32C are compared with no
+    request; otherwise one download per file checks size, SHA-256, CRC32C and the gzip magic.
 
     Raises:
         LandingError: listing every file that is missing or disagrees, and what to do.
@@ -262,13 +217,8 @@ def unreadable_landed_file(
     exc: BaseException, store: ObjectStore, deliveries: Sequence[LandedDelivery]
 ) -> LandingError | None:
     """The :class:`LandingError` for a Spark failure that is a landed file Spark could not read
-    (not gzip, a truncated gzip stream, deleted since it was checked), naming the file, its
-    manifest, the cause and what to do; None for any other failure.
-
-    :func:`~bq_platform.lib.landing.deliveries.verify_landed` checks a file's size and checksum
-    against its manifest; only reading it shows that its bytes are no gzip text (on GCS the
-    check is the listing's CRC32C, without the download that also looked at the gzip magic).
-    :func:`bq_platform.lib.build.hourly.build_hours` raises it instead of Spark's error.
+    (not gzip, truncated, deleted since it was checked), naming the file, its manifest, the
+    cause and what to do; None for any other failure.
     """
     found = _FAILED_READ_RE.search(str(exc))
     if found is None:

@@ -1,18 +1,8 @@
 """An index of the landing zone: which hours have which landed files, and their source counts.
 
-Used by the observable source (data versions), the automation sensor and ``bq-platform run``
-(what is left to process). It reads every landed manifest of the days it covers once: the whole
-landing zone, or the days of the lookback window (``BQ_PLATFORM_LOOKBACK_DAYS``,
-:func:`bq_platform.lib.planning.lookback_start`), listed from each site's first hour folder in
-the window, so that a production landing zone with years of data costs each tick what its
-window holds (docs/production.md).
-
-A data file in an hour folder that no manifest of that folder names is an *orphan*: its
-delivery is incomplete (the manifest is written last, so for a moment every delivery looks like
-this; a file whose manifest never comes is the real fault, issue 7: a day was published with
-39,356 of 43,183 lines). Orphans are listed per hour and change the hour's input fingerprint,
-so the hour is built again, recorded incomplete and held from publishing until the manifest
-arrives (or the file is removed).
+A data file that no manifest of its hour folder names is an *orphan*: an incomplete delivery
+(the manifest is written last). Orphans change the hour's input fingerprint, so the hour is
+built again, recorded incomplete and held from publishing until the manifest arrives.
 """
 
 import dataclasses
@@ -21,7 +11,6 @@ from collections.abc import Iterable
 
 from bq_platform.lib.core.hours import hour_label
 from bq_platform.lib.core.job_ids import input_fingerprint
-from bq_platform.lib.landing.producer.land import LandingError
 from bq_platform.lib.core.layout import (
     LANDING_PREFIX,
     is_landed_manifest_name,
@@ -29,7 +18,7 @@ from bq_platform.lib.core.layout import (
     parse_landed_key,
     validate_site,
 )
-from bq_platform.lib.core.manifest import LandedManifest
+from bq_platform.lib.core.manifest import LandedManifest, LandingError
 from bq_platform.lib.storage.base import ObjectNotFoundError, ObjectStore
 
 #: The landing zone's site folders: ``landing/pageviews/site=<name>``.
@@ -41,10 +30,8 @@ class LandedHour:
     """All landed files of one UTC hour, over all sites.
 
     Attributes:
-        hour: the UTC hour.
         manifests: the landed manifests of the hour, sorted by key.
-        orphans: keys of the hour's data files that no manifest names (incomplete
-            deliveries), sorted.
+        orphans: keys of the hour's data files that no manifest names, sorted.
     """
 
     hour: dt.datetime
@@ -70,8 +57,7 @@ class LandedHour:
 
     @property
     def input_fingerprint(self) -> str:
-        """Fingerprint of the hour's content: the set of (site, checksum) of its files, plus
-        its orphans (see :func:`hour_input_fingerprint`)."""
+        """:func:`hour_input_fingerprint` of the hour."""
         return hour_input_fingerprint(self.manifests, self.orphans)
 
 
@@ -83,8 +69,8 @@ def orphan_checksum(key: str) -> str:
 def hour_input_fingerprint(manifests: Iterable[LandedManifest], orphans: Iterable[str]) -> str:
     """Input fingerprint of one hour: its files' ``(site, sha256)`` and its orphans' keys.
 
-    Without orphans it is :func:`bq_platform.lib.core.job_ids.input_fingerprint` of the manifests,
-    as before orphans were detected. The build records the same value in the hour manifest.
+    Without orphans it is :func:`bq_platform.lib.core.job_ids.input_fingerprint` of the
+    manifests. The build records the same value in the hour manifest.
     """
     pairs = [(m.site, m.sha256) for m in manifests]
     for key in orphans:
@@ -94,11 +80,7 @@ def hour_input_fingerprint(manifests: Iterable[LandedManifest], orphans: Iterabl
 
 
 def find_orphans(keys: Iterable[str], manifests: Iterable[LandedManifest]) -> list[str]:
-    """Data keys among ``keys`` (objects of landing hour folders) that no manifest names.
-
-    A manifest names a data file of its own folder only (the build refuses others), so a
-    file is an orphan when no manifest of its folder has it as ``data_key``.
-    """
+    """Data keys among ``keys`` (objects of landing hour folders) that no manifest names."""
     named = {m.data_key for m in manifests}
     orphans = []
     for key in keys:
@@ -112,9 +94,7 @@ def find_orphans(keys: Iterable[str], manifests: Iterable[LandedManifest]) -> li
 class LandingIndex:
     """The landing zone by hour.
 
-    Attributes:
-        by_hour: the landed hours.
-        since: the first UTC day the scan covered (:func:`scan_landing`); None: all of them.
+    ``since``: the first UTC day the scan covered; None: all of them.
     """
 
     by_hour: dict[dt.datetime, LandedHour]
@@ -144,17 +124,8 @@ class LandingIndex:
 def scan_landing(store: ObjectStore, since: dt.date | None = None) -> LandingIndex:
     """Read the landed manifests of the store and find the orphan data files.
 
-    Args:
-        store: the landing zone's object store.
-        since: only the UTC days from this one on (the lookback window of
-            :func:`bq_platform.lib.planning.lookback_start`); None: the whole landing zone.
-
-    Requests: without ``since``, one listing of the landing zone; with it, one listing of the
-    sites and one per site from its folder of ``since``'s first hour (objects.list's
-    ``startOffset``), so the cost follows the window, not the history (a year of 50 sites is
-    ~440k manifests: on GCS a whole scan is ~880 listing pages and 440k reads every sensor
-    tick). Then the manifests read side by side (``ObjectStore.read_many``: on GCS each is a
-    request).
+    ``since``: only the UTC days from this one on; None: the whole landing zone (one listing,
+    else one per site starting at ``since``'s folder).
 
     Raises:
         ManifestError: naming the object if a manifest is unreadable.
@@ -185,7 +156,7 @@ def scan_landing(store: ObjectStore, since: dt.date | None = None) -> LandingInd
             manifest_keys.append((hour, key))
         else:
             data_keys.setdefault(hour, []).append(key)
-    texts = store.read_many([key for _, key in manifest_keys])  # side by side: GCS requests
+    texts = store.read_many([key for _, key in manifest_keys])
     for hour, key in manifest_keys:
         text = texts[key]
         if isinstance(text, ObjectNotFoundError):  # deleted since the listing

@@ -1,21 +1,10 @@
 """The dead-letter table for operators: each day's rejected and out-of-window lines, loaded once
-per content into ``pageview_deadletters$YYYYMMDD`` (issue 7, "Dead letters for operators").
+per content into ``pageview_deadletters$YYYYMMDD``.
 
-The build writes every line it neither stores nor counts as a hit to dead-letter Parquet files
-under its attempt's prefix, one or more per hour (an hour without such lines gets one empty
-file, :mod:`bq_platform.lib.build.hour_manifests`). Only the files an hour manifest names are the
-current attempt's: a crash, ``--force`` or a concurrent run leaves other attempts' files with
-the same lines again. So the day's load job takes exactly the files the day's manifests name:
-
-- one load job per UTC delivery day, ``WRITE_TRUNCATE`` into the day partition, so the
-  partition is replaced atomically and a re-run after a fix leaves only the new rejects;
-- its job ID is built from the day's hour fingerprints (:func:`bq_platform.lib.core.job_ids.
-  day_fingerprint`), so an unchanged day submits no job and a rebuilt hour loads the day again;
-- every built hour counts, complete or not: the dead letters are what an operator reads to
-  repair an hour that the completeness gate holds back.
-
-The rows a day holds must equal the rejected plus out-of-window lines its manifests count; the
-asset check ``deadletters_match_manifests`` compares them.
+One ``WRITE_TRUNCATE`` load job per UTC delivery day takes exactly the dead-letter files the
+day's hour manifests name; its ID is built from the day's hour fingerprints. Every built hour
+counts, complete or not: the dead letters are what an operator reads to repair an hour the
+completeness gate holds back.
 """
 
 import dataclasses
@@ -25,12 +14,11 @@ from collections.abc import Mapping
 
 from bq_platform.lib.core.hours import day_hours, hour_label
 from bq_platform.lib.core.job_ids import day_fingerprint, day_partition, job_id, job_labels
+from bq_platform.lib.core.manifest import HourManifest, read_hour_manifests
 from bq_platform.lib.publish.idempotent_jobs import JobOutcome
-from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.core.manifest_reads import read_hour_manifests
-from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.publish.protocol import JobPlan, run_plan
 from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import deadletters_spec
 
@@ -51,10 +39,7 @@ def deadletter_load_plan(
     """The WRITE_TRUNCATE load job of the ``built`` hours' dead-letter files into
     ``pageview_deadletters$YYYYMMDD``.
 
-    Args:
-        store: where the files are (their URIs are ``gs://`` on GCS).
-        day: the UTC delivery day.
-        built: hour -> manifest, for the hours of ``day`` that were built.
+    ``built``: hour -> manifest, for the hours of ``day`` (UTC delivery day) that were built.
 
     Raises:
         ValueError: if ``built`` is empty, or holds an hour of another day.
@@ -88,16 +73,12 @@ class DeadLetterLoad:
     """Outcome of a day's dead-letter load.
 
     Attributes:
-        day: the UTC delivery day.
-        destination: ``pageview_deadletters$YYYYMMDD``.
         hours: built hours whose dead letters were loaded.
-        files: dead-letter Parquet files loaded (an hour without dead letters has one empty).
-        outcome: the load job (submitted, adopted or skipped).
+        files: dead-letter Parquet files loaded.
         expected_rows: rejected + out_of_window lines the manifests count.
-        partition_rows: rows in the day partition afterwards (table metadata, 0 bytes billed).
+        partition_rows: rows in the day partition afterwards (table metadata).
         rejected_by_reason: rejected lines per reason code, most frequent first.
-        out_of_window: out-of-window lines (reasons ``out_of_window``,
-            ``before_first_partition``, ``future_timestamp``; the manifests count them as one).
+        out_of_window: out-of-window lines, all three reasons together.
     """
 
     day: dt.date

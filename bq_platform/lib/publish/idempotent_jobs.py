@@ -5,21 +5,14 @@ and look it up (:func:`~bq_platform.lib.publish.job_decisions.decide`):
 
 - not found -> check the budget, submit; a 409 on insert means another run submitted it: adopt;
 - PENDING/RUNNING -> adopt it and wait;
-- DONE, succeeded -> skip, but only while the destination still holds what the job wrote: the
-  table was not created after the job ended (an expired or dropped stage table, a dropped
-  ``pageviews``: ``ensure_table`` recreates it empty), its rows (or the partition's) equal the
-  job's output rows, and its publish record names this content (or there is none yet: a crash
-  between job and record). Otherwise -> next generation. BigQuery keeps finished jobs for six
-  months, so without these checks an expired stage table would stay empty forever;
+- DONE, succeeded -> skip while the destination still holds what the job wrote
+  (:func:`~bq_platform.lib.publish.job_decisions.stale_reason`), else next generation:
+  BigQuery keeps finished jobs for six months, longer than a stage table lives;
 - DONE, failed -> next generation.
 
-A job *we* submitted that fails with a transient reason (:data:`RETRYABLE_JOB_REASONS`:
-``backendError``, ``internalError``, ``rateLimitExceeded``; cloud.google.com/bigquery/docs/
-error-messages says to retry these with exponential backoff) is retried as the next
-generation after a backoff with jitter, at most :data:`MAX_JOB_RETRIES` times. Any other
-failure, ``quotaExceeded`` included (a daily quota does not refill in a retry window),
-raises :class:`JobFailedError`: resubmitting the same content would fail the same way. The
-rules come from DESIGN.md ("Deterministic job IDs").
+A job *we* submitted that fails with a reason of :data:`RETRYABLE_JOB_REASONS` is retried as
+the next generation after a backoff with full jitter (cloud.google.com/bigquery/docs/
+error-messages); any other failure, ``quotaExceeded`` included, raises :class:`JobFailedError`.
 """
 
 import dataclasses
@@ -50,9 +43,14 @@ MAX_JOB_RETRIES = 3
 RETRY_BACKOFF_BASE_S = 2.0
 RETRY_BACKOFF_CAP_S = 60.0
 
-#: Per-job progress (submitted, skipped) goes here, not to the caller's ``log``: a Dagster
-#: ``context.log`` line is an event in the run's event log (~5-10 ms each, once per load job;
-#: issue 9). Adoptions, retries and failures go to the caller's ``log`` (visible in the UI).
+
+def full_jitter(cap_s: float) -> float:
+    """A backoff delay drawn uniformly from [0, ``cap_s``] seconds (full jitter)."""
+    return random.uniform(0, cap_s)
+
+
+#: Per-job progress (submitted, skipped) goes here at DEBUG; adoptions, retries and failures
+#: go to the caller's ``log`` (visible in the UI).
 _progress = logging.getLogger(__name__)
 
 Action = Literal["submitted", "adopted", "skipped"]
@@ -66,8 +64,6 @@ class JobOutcome:
         job_id: the job that holds the destination's content now.
         action: ``submitted`` (we ran it), ``adopted`` (someone else's run, we waited),
             ``skipped`` (already done for this content).
-        generation: generation of ``job_id``.
-        rows: rows the job wrote (from the job or the publish record).
     """
 
     job_id: str
@@ -79,15 +75,8 @@ class JobOutcome:
 @dataclasses.dataclass
 class _BatchReads:
     """What :func:`run_idempotent_jobs` reads for all its jobs before it submits any:
-    generation 0's statuses, and with a budget each destination table's jobs on UTC ``day``
-    (:meth:`~bq_platform.lib.warehouse.base.Warehouse.get_jobs`, ``jobs_submitted_to``: on
-    DuckDB two statements instead of two per job, ~0.1 s of a 1x stage step; issue 9).
-
-    They serve the batch's first phase only (``active``), the instant it submits: each job
-    submitted then (or found to exist, a 409) adds one to its table's count. Later lookups
-    (a retry, a generation after a failure) are made one by one, as for a single job; a job
-    another run inserts meanwhile is a 409 on insert, adopted as before.
-    """
+    generation 0's statuses, and with a budget each table's job count on UTC ``day``. Used
+    while ``active`` (the first phase); later lookups are made one by one."""
 
     statuses: dict[str, JobStatus | None]
     used: dict[str, int] | None
@@ -114,8 +103,7 @@ class _BatchReads:
         return warehouse.get_job(job_id)
 
     def check_budget(self, warehouse: Warehouse, budget: JobBudget, destination: str) -> None:
-        """The budget's check with the batch's count while it is active, else
-        :meth:`~bq_platform.lib.publish.quota.JobBudget.check`.
+        """The budget's check, with the batch's count while it is active.
 
         Raises:
             QuotaBudgetExceededError: if one more job would exceed the budget.
@@ -135,15 +123,15 @@ class _BatchReads:
 
 @dataclasses.dataclass(frozen=True)
 class _Done:
-    """A finished state machine: its outcome, and the publish record it leaves to write (None
-    when the ledger already names the job). The drivers write the records, a batch's at once."""
+    """A finished state machine: its outcome, and the publish record to write (None when the
+    ledger already names the job)."""
 
     outcome: JobOutcome
     record: PublishRecord | None = None
 
 
 def _generation_of(job_id: str, default: int) -> int:
-    """The generation in a job ID's ``_g<generation>`` suffix (:mod:`bq_platform.lib.core.job_ids`)."""
+    """The generation in a job ID's ``_g<generation>`` suffix."""
     _, sep, tail = job_id.rpartition("_g")
     return int(tail) if sep and tail.isdigit() else default
 
@@ -162,19 +150,12 @@ def run_idempotent_job(
     """Make sure content ``fingerprint`` is in ``make_job(g).destination``; run it at most once.
 
     Args:
-        warehouse: where the job runs.
         make_job: builds the job for a generation; its ``job_id`` must embed ``fingerprint``
             and the generation.
         fingerprint: content fingerprint (hex) the job ID is built from.
         partition: ``YYYYMMDD``/``YYYYMMDDHH`` key of the publish record.
         budget: per-table daily budget checked before every submission.
-        wait_timeout_s: how long to wait for a running job, seconds.
-        log: logger for what an operator must see: adoptions, new generations, retries and
-            failures (per-job progress goes to this module's logger).
-        sleep: how to wait between retries of a transient job failure (tests pass a fake).
-
-    Returns:
-        The :class:`JobOutcome`.
+        log: for adoptions, new generations, retries and failures.
 
     Raises:
         JobFailedError: if the job this call submitted failed for a non-transient reason, or
@@ -192,8 +173,7 @@ def run_idempotent_job(
 
 @dataclasses.dataclass(frozen=True)
 class JobRequest:
-    """One job for :func:`run_idempotent_jobs`: :func:`run_idempotent_job`'s arguments of the
-    same names."""
+    """One job for :func:`run_idempotent_jobs` (arguments as :func:`run_idempotent_job`'s)."""
 
     make_job: Callable[[int], Job]
     fingerprint: str
@@ -211,30 +191,15 @@ def run_idempotent_jobs(
 ) -> list[JobOutcome]:
     """:func:`run_idempotent_job` for many jobs: every job is submitted before any is waited for.
 
-    BigQuery runs jobs asynchronously: ``jobs.insert`` returns while the job is PENDING, and a
-    load job takes seconds to minutes (cloud.google.com/bigquery/docs/managing-jobs). Submitted
-    one after the other, a backfill's 2 x 24 stage loads a day would wait for each in turn;
-    here the first phase looks every job up and submits (or adopts) it, and the second waits
-    for each in order, so they run side by side. The first phase reads generation 0 of every
-    job, and the budgets' counts, at once (:class:`_BatchReads`). The local DuckDB warehouse
-    does the same on its worker threads (``concurrent_jobs``; with 1 it runs each job before
-    ``submit_job`` returns, so one after the other). A transient failure is retried as the
-    next generation in the second phase.
-
-    The finished jobs' publish records are appended in one INSERT at the end
-    (:meth:`~bq_platform.lib.warehouse.base.Warehouse.write_publish_records`): one DML query
-    job per step on BigQuery, one commit locally. A process killed before that INSERT leaves
-    those jobs unrecorded; the re-run finds each one DONE under its ID, with its output in
-    place, skips it and records it then
-    (:func:`~bq_platform.lib.publish.job_decisions.stale_reason` accepts a missing record).
-
-    Returns:
-        One :class:`JobOutcome` per request, in order.
+    BigQuery runs jobs asynchronously (cloud.google.com/bigquery/docs/managing-jobs): the first
+    phase submits (or adopts) every job, the second waits for each in order and retries
+    transient failures. The publish records are appended in one INSERT at the end (a re-run
+    records jobs a killed process left unrecorded). Returns one outcome per request, in order.
 
     Raises:
         The first error of any job (see :func:`run_idempotent_job`), after every job already
-        submitted has been waited for and recorded (so a re-run skips those); other jobs'
-        errors are logged as warnings. An error while submitting stops further submissions.
+        submitted has been waited for and recorded; an error while submitting stops further
+        submissions.
     """
     log = log or _progress
     started: list[tuple[Generator[str, JobStatus, _Done], str | _Done]] = []
@@ -296,9 +261,8 @@ def _job_machine(
     sleep: Callable[[float], None],
     reads: _BatchReads | None = None,
 ) -> Generator[str, JobStatus, _Done]:
-    """The state machine of one job (module docstring); yields a job ID to wait for, is sent
-    its final status, and returns the :class:`JobOutcome` with the record to write. ``reads``:
-    what a batch read for all its jobs at once (:class:`_BatchReads`)."""
+    """The state machine of one job (module docstring): yields a job ID to wait for, is sent
+    its final status, and returns the :class:`_Done` with the record to write."""
     make_job, fingerprint, partition = request.make_job, request.fingerprint, request.partition
     retries = 0
     for generation in range(MAX_GENERATIONS):
@@ -348,9 +312,7 @@ def _job_machine(
                 continue
             if status.error_reason in RETRYABLE_JOB_REASONS and retries < MAX_JOB_RETRIES:
                 retries += 1
-                delay = random.uniform(
-                    0, min(RETRY_BACKOFF_BASE_S * 2**retries, RETRY_BACKOFF_CAP_S)
-                )
+                delay = full_jitter(min(RETRY_BACKOFF_BASE_S * 2**retries, RETRY_BACKOFF_CAP_S))
                 log.warning(
                     "job %s failed with %s (transient): retry %d of %d as generation %d in %.1f s",
                     job.job_id,

@@ -1,7 +1,6 @@
-"""The read-only half of the job state machine (:mod:`bq_platform.lib.publish.idempotent_jobs`): what to do with
-one generation of a job, from its status, its destination's metadata and the publish record.
-
-``bq-platform plan`` uses it as is (:func:`first_decision`); it submits nothing.
+"""The read-only half of the job state machine (:mod:`bq_platform.lib.publish.idempotent_jobs`):
+what to do with one generation of a job, from its status, its destination's metadata and the
+publish record. It submits nothing, so ``bq-platform plan`` uses it as is.
 """
 
 import dataclasses
@@ -21,12 +20,9 @@ class Decision:
     """What the state machine does with one generation of a job (see :func:`decide`).
 
     Attributes:
-        job: the job of this generation.
-        generation: its generation.
         verdict: ``submit`` (not found), ``wait`` (pending or running: adopt it), ``skip``
             (done, and the destination still holds its output), ``next`` (failed, or its
             output is gone or superseded: try the next generation).
-        status: the job's status when it exists.
         reason: why, for logs and ``bq-platform plan``.
     """
 
@@ -40,10 +36,8 @@ class Decision:
 def stale_reason(
     warehouse: Warehouse, job: Job, status: JobStatus, fingerprint: str, partition: str
 ) -> str | None:
-    """Why a succeeded job no longer describes its destination, or None if it still does.
-
-    Metadata only (``tables.get``, 0 bytes billed), plus the publish record.
-    """
+    """Why a succeeded job no longer describes its destination (table recreated or expired,
+    rows changed, another content published since), or None; metadata only, 0 bytes billed."""
     table, _ = split_destination(job.destination)
     info = warehouse.table_info(job.destination)
     if info is None:
@@ -70,11 +64,8 @@ def decide(
     partition: str,
     lookup: Callable[[str], JobStatus | None] | None = None,
 ) -> Decision:
-    """Look generation ``generation`` of a job up and decide what to do with it (read-only).
-
-    Reads ``jobs.get`` (or ``lookup``, a status the caller read already), table metadata and
-    the publish record; submits nothing, so ``bq-platform plan`` uses it as is.
-    """
+    """Look generation ``generation`` of a job up (``jobs.get``, or ``lookup`` with a status
+    the caller read already) and decide what to do with it; read-only."""
     job = make_job(generation)
     status = (lookup or warehouse.get_job)(job.job_id)
     if status is None:
@@ -92,11 +83,8 @@ def decide(
 def first_decision(
     warehouse: Warehouse, make_job: Callable[[int], Job], *, fingerprint: str, partition: str
 ) -> Decision:
-    """The first generation whose verdict is not ``next`` (what a run would do now).
-
-    Raises:
-        RuntimeError: if :data:`MAX_GENERATIONS` generations are all spent.
-    """
+    """The first generation whose verdict is not ``next`` (what a run would do now);
+    ``RuntimeError`` if all :data:`MAX_GENERATIONS` are spent."""
     for generation in range(MAX_GENERATIONS):
         decision = decide(
             warehouse, make_job, generation, fingerprint=fingerprint, partition=partition

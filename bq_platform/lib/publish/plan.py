@@ -1,17 +1,10 @@
 """``bq-platform plan``: every warehouse request a run would send, before it sends any.
 
-Like ``terraform plan``, it shows a month's backfill before it starts: per UTC day, the tables
-it would create or patch (with their spec), every load and copy job with its deterministic ID,
-sources, destination and write disposition, the jobs it would skip as already done, and the
-jobs each table would use against its daily budget.
-
-It runs the publish protocol's own code (:func:`bq_platform.lib.publish.protocol.stage_load_plan`,
-:func:`~bq_platform.lib.publish.protocol.day_copy_plan`,
-:func:`bq_platform.lib.publish.job_decisions.first_decision`)
-against the production adapter whose HTTP transport is a
-:class:`~bq_platform.lib.warehouse.recording.RecordingSession`: reads go to BigQuery (or,
-offline, see an empty dataset), writes are recorded and never sent. So the requests printed
-are the ones the client would send, byte for byte, except the ``run_id`` label (``plan``).
+Like ``terraform plan``: per UTC day, the tables it would create or patch, every load and copy
+job with its deterministic ID, the jobs it would skip, and each table's daily budget use. It
+runs the publish protocol's own code against the production adapter on a
+:class:`~bq_platform.lib.warehouse.recording.RecordingSession`, so the requests printed are
+the ones a run would send, except the ``run_id`` label (``plan``).
 """
 
 import collections
@@ -20,17 +13,17 @@ import datetime as dt
 import itertools
 from collections.abc import Sequence
 
+from bq_platform.lib.core.manifest import read_hour_manifests
+from bq_platform.lib.publish.deadletter_table import deadletter_load_plan
 from bq_platform.lib.publish.job_decisions import first_decision
-from bq_platform.lib.core.manifest_reads import read_hour_manifests
-from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.publish.protocol import (
     KINDS,
     JobPlan,
     day_copy_plan,
     stage_load_plan,
 )
-from bq_platform.lib.publish.deadletter_table import deadletter_load_plan
 from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import CopyJob, Warehouse
 from bq_platform.lib.warehouse.ledger import publish_ledger_spec
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, audit_spec
@@ -48,12 +41,8 @@ class PlannedJob:
 
     Attributes:
         job_id: its deterministic ID (the generation a run would use now).
-        kind: ``load`` or ``copy``.
-        destination: table or ``table$YYYYMMDD``.
         sources: URIs (load) or tables (copy).
-        write_disposition: ``WRITE_TRUNCATE``.
         verdict: ``submit`` (it would be sent), ``wait`` (running: adopted) or ``skip``.
-        reason: why.
     """
 
     job_id: str
@@ -70,8 +59,7 @@ class DayRequests:
     """The plan of one UTC day.
 
     Attributes:
-        day: the day.
-        built_hours: hours with an hour manifest (their Parquet files exist).
+        built_hours: hours with an hour manifest.
         unbuilt_hours: hours without one: a run builds them first; their jobs are not known.
         jobs: the day's jobs in the order a run submits them.
     """
@@ -112,9 +100,8 @@ def build_plan(
 ) -> RequestPlan:
     """Run the publish protocol in plan mode over ``hours`` (grouped by UTC day).
 
-    ``warehouse`` must be the production adapter on a recording transport: this function calls
-    ``ensure_table`` and ``submit_job`` for everything a run would create or submit, and the
-    transport records instead of sending. Days are published from their built hours only.
+    ``warehouse`` must be the production adapter on a recording transport: ``ensure_table``
+    and ``submit_job`` are called for everything a run would create or submit.
 
     Raises:
         RuleViolation: if a table or job breaks BigQuery's rules (exactly as a run would).

@@ -1,12 +1,6 @@
-"""The publish protocol: hourly load jobs into stage tables, the completeness gate, and the
-daily copy job into the day partition, each idempotent through deterministic job IDs.
-
-- :func:`load_stage_hours`: each hour's Parquet files named by its manifest -> one load job
-  (``WRITE_TRUNCATE``) into ``pageviews_stage_YYYYMMDDHH`` (or the sample stage table); all
-  hours' jobs are submitted before any is waited for.
-- :func:`day_completeness`: is every hour of a day built, balanced and staged?
-- :func:`publish_days`: one copy job of each day's stage tables into ``pageviews$YYYYMMDD``
-  (``WRITE_TRUNCATE``): the day partition is replaced atomically, once per content.
+"""The publish protocol, idempotent through deterministic job IDs: hourly load jobs into stage
+tables (:func:`load_stage_hours`), the completeness gate (:func:`day_completeness`), and one
+``WRITE_TRUNCATE`` copy job per day into the day partition (:func:`publish_days`).
 """
 
 import dataclasses
@@ -14,7 +8,6 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from bq_platform.lib.quality import rejected_share as quality
 from bq_platform.lib.core.hours import day_hours
 from bq_platform.lib.core.job_ids import (
     day_fingerprint,
@@ -23,12 +16,12 @@ from bq_platform.lib.core.job_ids import (
     job_id,
     job_labels,
 )
-from bq_platform.lib.publish.idempotent_jobs import JobOutcome, JobRequest, run_idempotent_jobs
 from bq_platform.lib.core.layout import hour_label
-from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.core.manifest_reads import read_hour_manifests, stage_files
-from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.core.manifest import HourManifest, read_hour_manifests, stage_files
+from bq_platform.lib.publish.idempotent_jobs import JobOutcome, JobRequest, run_idempotent_jobs
 from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.quality import rejected_share as quality
+from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import CopyJob, Job, LoadJob, Warehouse
 from bq_platform.lib.warehouse.schema import (
     TableSpec,
@@ -73,14 +66,10 @@ class StageResult:
 
 @dataclasses.dataclass(frozen=True)
 class JobPlan:
-    """One idempotent job as the publish protocol builds it: what ``run`` runs and ``plan``
-    shows, from the same code.
+    """One idempotent job as the publish protocol builds it (``run`` runs it, ``plan`` shows it).
 
-    Attributes:
-        spec: the destination table's spec (ensured before the job).
-        make_job: builds the job of a generation (deterministic ID).
-        fingerprint: content fingerprint the job ID is built from.
-        partition: ``YYYYMMDDHH`` (an hour's stage table) or ``YYYYMMDD`` (a day partition).
+    ``spec`` is ensured before the job; ``make_job`` builds the job of a generation;
+    ``partition`` is ``YYYYMMDDHH`` (an hour's stage table) or ``YYYYMMDD`` (a day partition).
     """
 
     spec: TableSpec
@@ -113,11 +102,8 @@ def run_plans(
     budget: JobBudget | None = None,
     log: logging.Logger | None = None,
 ) -> list[JobOutcome]:
-    """:func:`run_plan` for many plans: every job is submitted before any is waited for
-    (:func:`~bq_platform.lib.publish.idempotent_jobs.run_idempotent_jobs`), so BigQuery runs them side by side.
-
-    Returns:
-        One outcome per plan, in order.
+    """:func:`run_plan` for many plans, all submitted before any is waited for; one outcome per
+    plan, in order.
 
     Raises:
         JobFailedError / QuotaBudgetExceededError / RuleViolation: the first job's error, see
@@ -173,9 +159,7 @@ def day_copy_plan(
         raise ValueError(f"no hour of {day} is ready to publish into {spec.name}")
     partition = day_partition(day)
     fingerprint = day_fingerprint({hour_label(h): m.fingerprint for h, m in ready.items()})
-    # Each source names the day's partition (``stage$YYYYMMDD``): a copy of several sources
-    # into a partition decorator is refused unless every source is a partition too (apache/beam
-    # PR 21757; mozilla/bigquery-etl PR 2228; job_rules.check_copy_job).
+    # Each source names the day's partition: see job_rules.check_copy_job.
     sources = tuple(f"{stage_spec(kind, h).name}${partition}" for h in sorted(ready))
     destination = f"{spec.name}${partition}"
 
@@ -202,15 +186,9 @@ def load_stage_hours(
     log: logging.Logger | None = None,
 ) -> dict[str, list[StageResult]]:
     """Load each hour's Parquet files of each kind into its stage table, at most once per
-    content. ``assets`` maps each kind (``full``, ``sample``) to the asset its jobs' labels
-    name.
-
-    One load job per hour and kind. Every job is submitted before any is waited for
-    (:func:`run_plans`), in the order of ``assets``, so one step's small sample loads run
-    beside its full ones (issue 9).
-
-    Returns:
-        kind -> one :class:`StageResult` per manifest, in order.
+    content: one load job per hour and kind, all submitted before any is waited for.
+    ``assets`` maps each kind (``full``, ``sample``) to the asset its jobs' labels name.
+    Returns kind -> one :class:`StageResult` per manifest, in order.
 
     Raises:
         JobFailedError: if a load job fails (bad Parquet, schema drift); the other jobs are
@@ -243,11 +221,8 @@ def load_stage_hours(
 class DayCompleteness:
     """Which hours of a day are ready to publish.
 
-    Attributes:
-        day: the UTC day.
-        manifests: hour -> manifest, for the hours that were built.
-        problems: hour -> reasons it is not ready (missing build, unbalanced accounting,
-            stage rows differ from the manifest, audit not written).
+    ``manifests``: hour -> manifest of the built hours; ``problems``: hour -> why it is not
+    ready.
     """
 
     day: dt.date
@@ -271,15 +246,13 @@ def day_completeness(
     kind: str,
     max_rejected_share: float | None = None,
 ) -> DayCompleteness:
-    """Check every hour of ``day``: built, accounting balanced, audited, stage rows as written.
-
-    Reads manifests and table metadata only (no table scans).
+    """Check every hour of ``day``: built, accounting balanced, audited, stage rows as written
+    (manifests and table metadata only, no scans).
 
     Args:
         max_rejected_share: when set (0..1), an hour with a site whose rejected share grades
-            ``error`` (:func:`bq_platform.lib.quality.rejected_share.grade`) is a problem too, so the day is
-            not published (issue 7, "A data-quality gate"); None skips this gate (the operator
-            allowed it for the run).
+            ``error`` (:func:`bq_platform.lib.quality.rejected_share.grade`) is a problem too;
+            None skips this gate.
     """
     manifests: dict[dt.datetime, HourManifest] = {}
     problems: dict[dt.datetime, list[str]] = {}
@@ -298,7 +271,7 @@ def day_completeness(
             reasons.append(f"accounting does not balance for {', '.join(bad)}")
         if manifest.file_mismatches:
             reasons.append(f"{len(manifest.file_mismatches)} files disagree with their manifests")
-        if manifest.orphan_files:  # issue 7: a data file no manifest names, delivery incomplete
+        if manifest.orphan_files:
             shown = ", ".join(manifest.orphan_files[:3])
             more = len(manifest.orphan_files) - 3
             reasons.append(
@@ -350,14 +323,8 @@ def publish_days(
     log: logging.Logger | None = None,
 ) -> list[PublishResult]:
     """Copy each day's stage tables into ``<table>$YYYYMMDD``, one WRITE_TRUNCATE copy job a
-    day; every job is submitted before any is waited for (:func:`run_plans`), so the days'
-    copies run side by side (BigQuery; the local warehouse's job workers).
-
-    Only hours with a manifest and no problem are copied (the caller decides whether an
-    incomplete day may be published at all).
-
-    Returns:
-        One result per day, in order.
+    day, all submitted before any is waited for; one result per day, in order. Only hours
+    with a manifest and no problem are copied.
 
     Raises:
         ValueError: if no hour of a day is publishable.

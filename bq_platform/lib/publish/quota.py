@@ -1,11 +1,9 @@
 """Per-table job budgets, so a backfill cannot spend BigQuery's daily table quota.
 
 BigQuery allows 1,500 table operations (load, copy, query-with-destination, DML) per table
-per day (cloud.google.com/bigquery/quotas#standard_tables). Hourly stage tables get 1 load per
-run; the day-partitioned tables get one copy per published day, so a 1,500-day backfill in one
-day would exhaust ``pageviews``. :class:`JobBudget` refuses a job before submission when the
-table's count for the UTC day would pass the limit (default: 90% of the quota, keeping
-headroom for people and other tools).
+per day (cloud.google.com/bigquery/quotas#standard_tables): a long backfill in one day would
+exhaust ``pageviews``. :class:`JobBudget` refuses a job before submission when the table's count
+for the UTC day would pass the limit (default: 90% of the quota, leaving headroom).
 """
 
 import dataclasses
@@ -23,11 +21,7 @@ class QuotaBudgetExceededError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class JobBudget:
-    """Budget of jobs per destination table per UTC day.
-
-    Attributes:
-        per_table_per_day: jobs allowed per table per UTC day (default 1,350 = 90% of 1,500).
-    """
+    """Budget of jobs per destination table per UTC day (default 1,350 = 90% of 1,500)."""
 
     per_table_per_day: int = int(BIGQUERY_TABLE_OPERATIONS_PER_DAY * 0.9)
 
@@ -47,11 +41,7 @@ class JobBudget:
 
     def check_used(self, table: str, day: dt.date, used: int) -> None:
         """Refuse one more job for ``table`` on UTC ``day`` when ``used`` jobs were already
-        submitted there (as counted by :meth:`check`, or by a batch that counted them once).
-
-        Raises:
-            QuotaBudgetExceededError: as :meth:`check`.
-        """
+        submitted there (``QuotaBudgetExceededError``, as :meth:`check`)."""
         if used + 1 > self.per_table_per_day:
             raise QuotaBudgetExceededError(
                 f"job budget for table {table!r} is spent: {used} jobs on {day} (UTC), budget "

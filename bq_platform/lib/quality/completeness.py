@@ -1,17 +1,9 @@
 """The daily completeness report: per site and UTC hour, source lines, pageviews, rejected.
 
-Built from ``pageviews_audit`` rows (one per site and hour) and the day's hour manifests, so a
-gap (an hour with no data, an hour not built, an unbalanced hour) is seen at a glance:
-
-- :func:`hour_status`: per hour, built / audited / balanced, and the verdict of the day;
-- :func:`markdown_report`: a bar line per site and measure (24 cells, one per hour) and the
-  full table per site and hour, for Dagster's Markdown metadata;
-- :func:`render_png`: the same as PNG heat maps, sites x hours (numpy and Pillow).
-
-Dagster's UI sanitizes Markdown images to ``http(s)`` sources (``data:`` URIs are dropped): the
-PNG is written to the object store, and the report embeds it by URL when
-``BQ_PLATFORM_REPORTS_URL`` says where a browser reads that folder (``make dev`` serves it on
-loopback; ``defs/resources.py``); the text bar chart is always there.
+Built from ``pageviews_audit`` rows and the day's hour manifests, so that a gap (an hour with
+no data, not built, or unbalanced) shows at a glance, as Markdown and as PNG heat maps. Dagster's
+UI shows Markdown images from ``http(s)`` sources only (``data:`` URIs are dropped), so the PNG
+is written to the object store and embedded by URL when ``BQ_PLATFORM_REPORTS_URL`` is set.
 """
 
 import dataclasses
@@ -19,6 +11,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bq_platform.lib.core.accounting import row_balanced
 from bq_platform.lib.core.hours import day_hours, hour_label
 
 MEASURES = ("source_lines", "pageviews", "rejected")
@@ -28,14 +21,9 @@ _ZERO = "·"
 
 @dataclasses.dataclass(frozen=True)
 class DayStatus:
-    """Completeness of one UTC day.
-
-    Attributes:
-        day: the UTC day.
-        missing: hours with no audit rows from their current build (not built or not audited).
-        unbalanced: hours where some site's accounting identity does not hold.
-        empty: built hours with no source line at all (a gap in the data, not an error).
-    """
+    """Completeness of one UTC day: hours ``missing`` (no audit rows from their current build),
+    ``unbalanced`` (some site's identity does not hold) and ``empty`` (built, but no source
+    line: a gap in the data, not an error)."""
 
     day: dt.date
     missing: tuple[str, ...]
@@ -70,12 +58,9 @@ def by_site_hour(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mappi
 def hour_status(
     day: dt.date, rows: Sequence[Mapping[str, Any]], fingerprints: Mapping[str, str]
 ) -> DayStatus:
-    """Completeness of ``day`` from its audit rows and ``{hour label: manifest fingerprint}``.
-
-    An hour counts as audited when it has rows whose fingerprint is its manifest's; a built
-    hour with no site at all (nothing ever landed for any site) has no rows and counts as
-    audited and empty.
-    """
+    """Completeness of ``day`` from its audit rows and ``{hour label: manifest fingerprint}``:
+    an hour is audited when its rows carry its manifest's fingerprint; a built hour with no
+    site at all has no rows and counts as audited and empty."""
     audited: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         audited.setdefault(_label(row["hour"]), []).append(row)
@@ -86,17 +71,11 @@ def hour_status(
         if fingerprint is None or any(r.get("fingerprint") != fingerprint for r in hour_rows):
             missing.append(hour)
             continue
-        if any(r["source_lines"] != _accounted(r) for r in hour_rows):
+        if not all(row_balanced(r) for r in hour_rows):
             unbalanced.append(hour)
         if sum(r["source_lines"] for r in hour_rows) == 0:
             empty.append(hour)
     return DayStatus(day, tuple(missing), tuple(unbalanced), tuple(empty))
-
-
-def _accounted(row: Mapping[str, Any]) -> int:
-    return sum(
-        row[k] for k in ("pageviews", "non_page_hits", "rejected", "duplicates", "out_of_window")
-    )
 
 
 def bar_line(values: Sequence[int]) -> str:
@@ -150,7 +129,7 @@ def markdown_report(day: dt.date, rows: Sequence[Mapping[str, Any]], status: Day
             if row is None:
                 lines.append(f"| {site} | {hour[-2:]} | - | - | - | **not audited** |")
                 continue
-            ok = row["source_lines"] == _accounted(row)
+            ok = row_balanced(row)
             values = " | ".join(str(row[m]) for m in MEASURES)
             lines.append(f"| {site} | {hour[-2:]} | {values} | {'yes' if ok else '**NO**'} |")
     return "\n".join(lines)
@@ -163,11 +142,8 @@ PNG_MAX_SITES = 40
 def site_matrix(
     day: dt.date, rows: Sequence[Mapping[str, Any]], max_sites: int = PNG_MAX_SITES
 ) -> tuple[list[str], dict[str, list[list[int]]]]:
-    """Row labels and, per measure, a ``sites x 24`` matrix of lines per site and UTC hour.
-
-    Sites are ordered by source lines (largest first); beyond ``max_sites`` the rest are summed
-    into one row ``other sites (N)``, so the picture's size does not grow with the sites.
-    """
+    """Row labels and, per measure, a ``sites x 24`` matrix of lines; sites by source lines,
+    largest first, those beyond ``max_sites`` summed into one ``other sites (N)`` row."""
     hours = [hour_label(h) for h in day_hours(day)]
     sites = by_site_hour(rows)
     total = {
@@ -190,14 +166,8 @@ def site_matrix(
 
 
 def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatus) -> bytes:
-    """A PNG heat map per measure (source lines, pageviews, rejected): one row per site (at
-    most :data:`PNG_MAX_SITES`, see :func:`site_matrix`), one column per UTC hour, color = lines
-    (log scale), white = 0; hours not built or audited are hatched red.
-
-    One image per measure costs the same for 2 or 2,000 sites (a bar chart per site took 20 s
-    a day for 50 sites, docs/PERFORMANCE.md); drawn with numpy and Pillow
-    (:mod:`bq_platform.lib.quality.heatmap`): ~50 ms, where a matplotlib figure took ~1 s (issue 9).
-    """
+    """A PNG heat map per measure: rows of :func:`site_matrix`, one column per UTC hour, color
+    = lines (log scale), white = 0; incomplete hours are hatched red."""
     import numpy as np
 
     from bq_platform.lib.quality.heatmap import Panel, heatmaps_png
@@ -209,18 +179,22 @@ def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatu
     for measure in MEASURES:
         values = np.array(matrices[measure] or [[0] * 24], dtype=float)
         panels.append(Panel(f"{measure} (total {int(values.sum()):,})", values))
-    missing = f"; not built/audited: {', '.join(h[-2:] for h in status.missing)}"
+    verdict = f"Completeness {day} (UTC): {status.complete_hours}/24 hours complete"
+    if status.missing:
+        verdict += f"; not built/audited: {', '.join(h[-2:] for h in status.missing)}"
+    if status.unbalanced:
+        verdict += f"; unbalanced: {', '.join(h[-2:] for h in status.unbalanced)}"
     title = [
-        f"Completeness {day}: {status.complete_hours}/24 hours complete"
-        + (missing if status.missing else ""),
+        verdict,
         "lines per site and UTC hour (log color scale); white: 0 lines; "
-        "hatched red: hour not built or not audited",
+        "hatched red: hour incomplete",
     ]
+    incomplete = sorted(set(status.missing) | set(status.unbalanced))
     return heatmaps_png(
         title,
         labels,
         panels,
         {h: f"{h:02d}" for h in range(0, 24, 3)},
         "hour (UTC)",
-        hatched_columns=[hours.index(h) for h in status.missing],
+        hatched_columns=[hours.index(h) for h in incomplete],
     )

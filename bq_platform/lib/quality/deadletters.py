@@ -1,14 +1,8 @@
 """Dead letters of the current attempts: the rejected and out-of-window lines, for operators.
 
-The build keeps every line it does not store or count as a hit in dead-letter Parquet files
-(columns :data:`bq_platform.lib.build.outputs.DEADLETTER_COLUMNS`: site, delivery hour and date,
-data_key, line_no, reason, raw), under its attempt's prefix. Only the files an hour manifest
-names count: other attempts' files (a crash, ``--force``, a concurrent run) hold the same lines
-again, so a glob of the dead-letter tree double counts (issue 7). This module reads exactly the
-named files, through the :class:`~bq_platform.lib.storage.base.ObjectStore`, so it works on
-a local lake and on GCS (``bq-platform deadletters``); the warehouse table
-``pageview_deadletters`` is loaded from the same files (:mod:`bq_platform.lib.
-publish_deadletters`).
+Reads exactly the dead-letter files the hour manifests name (other attempts' files hold the
+same lines again) through the :class:`~bq_platform.lib.storage.base.ObjectStore`, for
+``bq-platform deadletters``; ``pageview_deadletters`` is loaded from the same files.
 """
 
 import collections
@@ -32,12 +26,9 @@ class DeadLetter:
     """One rejected or out-of-window line.
 
     Attributes:
-        site: publisher key.
         hour: UTC hour of the delivery (the landing folder).
         data_key: object key of the landed file the line is in.
         line_no: 1-based line number in that file.
-        reason: reason code (e.g. ``malformed``, ``bad_timestamp``).
-        raw: the line as UTF-8 text (invalid bytes replaced).
     """
 
     site: str
@@ -67,9 +58,8 @@ def built_hours(store: ObjectStore) -> list[dt.datetime]:
 
 
 def read_dead_letters(store: ObjectStore, hours: Iterable[dt.datetime]) -> Iterator[DeadLetter]:
-    """The dead letters the hour manifests of ``hours`` name, hour by hour, in file order.
-
-    Hours without a manifest are skipped (never built).
+    """The dead letters the hour manifests of ``hours`` name, hour by hour, in file order
+    (hours without a manifest are skipped).
 
     Raises:
         ManifestError: if a manifest is unreadable.

@@ -1,23 +1,14 @@
 """The data-quality gate: the share of rejected lines per site and UTC hour.
 
-The accounting identity (:mod:`bq_platform.lib.core.accounting`) holds even when every line is
-rejected, so a change of ``LogFormat`` upstream would empty the warehouse with every accounting
-check green (issue 7, "A data-quality gate"; DESIGN.md, "Data quality is gated, not only
-counted"). This module grades each site-hour by its rejected share::
+The accounting identity holds even when every line is rejected (DESIGN.md, "Data quality is
+gated, not only counted"), so each site-hour is graded by ``rate = rejected / lines`` (lines
+delivered, duplicates excluded):
 
-    rate = rejected / lines      (lines: the site-hour's delivered lines, duplicates excluded)
-
-- ``ok``: ``rate <= warn_share``;
-- ``warn``: ``rate > warn_share`` (default :data:`WARN_SHARE`, 1%): worth a look, publishes;
-- ``error``: ``rate > max_share`` (default :data:`DEFAULT_MAX_REJECTED_SHARE`, 5%, configurable)
-  *and* at least :data:`MIN_REJECTED_TO_BLOCK` rejected lines: the day is not published unless
-  the operator allows it for that run.
-
-Each verdict carries the rate, the top reasons with their counts and a few raw sample lines cut
-to :data:`SAMPLE_CHARS` characters, for the asset check's metadata and the gate's message.
-Plain Python: the Spark build records the inputs in the hour manifest
-(:class:`~bq_platform.lib.core.accounting.SiteHourCounts` ``rejected_reasons`` and
-``rejected_samples``).
+- ``warn``: ``rate > warn_share`` (:data:`WARN_SHARE`): worth a look, still published;
+- ``error``: ``rate > max_share`` (:data:`DEFAULT_MAX_REJECTED_SHARE`, configurable) *and* at
+  least :data:`MIN_REJECTED_TO_BLOCK` rejected lines: the day is not published unless the
+  operator allows it for that run;
+- ``ok`` otherwise.
 """
 
 import dataclasses
@@ -27,16 +18,13 @@ from typing import Any
 
 from bq_platform.lib.core.accounting import SiteHourCounts
 
-#: Above this share of rejected lines a site-hour is worth a warning. Real logs reject almost
-#: nothing (0 of the 81,744 bundled lines); the odd truncated last line of a rotated file is
-#: well under 1% of any busy hour, a broken producer or a new ``LogFormat`` is far above it.
+#: Above this share of rejected lines a site-hour is worth a warning (real logs reject almost
+#: nothing; a broken producer or a new ``LogFormat`` is far above it).
 WARN_SHARE = 0.01
-#: Default of the blocking share (``PipelineSettings.max_rejected_share``,
-#: ``BQ_PLATFORM_MAX_REJECTED_SHARE``): issue 7 asks for 5%. Five times the warning level, so
-#: a noisy hour warns long before it blocks a day.
+#: Default of the blocking share (``BQ_PLATFORM_MAX_REJECTED_SHARE``).
 DEFAULT_MAX_REJECTED_SHARE = 0.05
-#: An hour blocks only with at least this many rejected lines: one truncated last line in an
-#: hour of 10 lines is 10%, but not a format change; three or more bad lines above the share are.
+#: An hour blocks only with at least this many rejected lines (one truncated last line in a
+#: tiny hour is no format change).
 MIN_REJECTED_TO_BLOCK = 3
 #: Sample lines are cut to this many characters (a readable line in the Dagster UI).
 SAMPLE_CHARS = 200
@@ -56,14 +44,11 @@ class RejectedShare:
     """The verdict of one site-hour.
 
     Attributes:
-        site, hour: the site and UTC hour.
         lines: lines the share is taken of (delivered, duplicates excluded).
-        rejected: rejected lines.
         rate: ``rejected / lines`` (0.0 when ``lines`` is 0).
         level: ``ok``, ``warn`` or ``error``.
         top_reasons: up to :data:`TOP_REASONS` ``(reason, lines)``, most frequent first.
-        samples: up to :data:`MAX_SAMPLES` raw rejected lines, each cut to
-            :data:`SAMPLE_CHARS` characters (``...`` marks a cut).
+        samples: up to :data:`MAX_SAMPLES` raw rejected lines, cut by :func:`cut`.
     """
 
     site: str
@@ -116,17 +101,13 @@ def grade(
     """Grade one site-hour (rules in the module docstring).
 
     Args:
-        site, hour: the site and UTC hour (for messages).
-        lines: the site-hour's delivered lines, duplicates excluded (>= 0).
-        rejected: its rejected lines (0..lines).
-        reasons: rejected lines per reason code (:data:`bq_platform.lib.core.logformat.REASONS`).
-        samples: raw rejected lines, in any number; the first :data:`MAX_SAMPLES` are kept.
-        max_share: the blocking share, 0..1.
-        warn_share: the warning share, 0..1 (a ``max_share`` below it also warns).
+        lines: the site-hour's delivered lines, duplicates excluded.
+        reasons: rejected lines per reason code.
+        samples: raw rejected lines; the first :data:`MAX_SAMPLES` are kept.
+        max_share, warn_share: the blocking and warning shares, 0..1.
 
     Raises:
-        ValueError: for a negative count, more rejected lines than lines, or a share outside
-            0..1.
+        ValueError: unless ``0 <= rejected <= lines`` and both shares are within 0..1.
     """
     if lines < 0 or rejected < 0 or rejected > lines:
         raise ValueError(f"{site} {hour}: need 0 <= rejected ({rejected}) <= lines ({lines})")

@@ -1,14 +1,10 @@
 """Is the visitor sample close to 1 in 200? A binomial bound on sampled visitors.
 
-Each visitor is in the sample with probability ``p = 1/200`` (the hash of a keyed HMAC is
-uniform), so the number of sampled visitors among ``n`` is Binomial(n, p): mean ``n p``, standard
-deviation ``sqrt(n p (1 - p))``. The check passes when the observed count is within ``z``
-standard deviations of the mean. The units are visitor-hours (distinct visitors per site and
-hour, read from the hour manifests, so the check bills no scan); a visitor seen in several
-hours counts in each, which correlates the trials and widens the true spread, hence the
-generous default ``z = 5``. Below ``n p < 10`` the normal approximation means nothing and the
-check is skipped with a note (the usual rule of thumb for the normal approximation, e.g.
-NIST/SEMATECH e-Handbook 7.2.4).
+Each visitor is in the sample with probability ``p = 1/200``, so the sampled count among ``n``
+is Binomial(n, p); the check passes within ``z`` standard deviations of ``n p``. The units are
+visitor-hours from the hour manifests (no scan); a visitor in several hours correlates the
+trials, hence the generous ``z = 5``. Below ``n p < 10`` the normal approximation means nothing
+and the check is skipped (NIST/SEMATECH e-Handbook 7.2.4).
 """
 
 import dataclasses
@@ -47,11 +43,8 @@ class SampleRatio:
 
 
 def sample_ratio(units: int, sampled: int, p: float = 1 / 200, z: float = 5.0) -> SampleRatio:
-    """Compare ``sampled`` out of ``units`` with Binomial(units, p).
-
-    Raises:
-        ValueError: if counts are negative, ``sampled > units`` or ``p`` not in (0, 1).
-    """
+    """Compare ``sampled`` out of ``units`` with Binomial(units, p); ``ValueError`` if counts
+    are negative, ``sampled > units`` or ``p`` not in (0, 1)."""
     if units < 0 or sampled < 0 or sampled > units or not 0 < p < 1:
         raise ValueError(f"bad sample counts: units={units}, sampled={sampled}, p={p}")
     expected = units * p

@@ -1,8 +1,6 @@
-"""The object-store interface the pipeline is written against.
+"""The object-store interface: a local directory (:mod:`.local`) or a GCS bucket (:mod:`.gcs`).
 
-Keys are relative ``/``-separated paths (see :mod:`bq_platform.lib.core.layout`). Implementations:
-:class:`bq_platform.lib.storage.local.LocalObjectStore` (a directory on disk) and
-:class:`bq_platform.lib.storage.gcs.GCSObjectStore` (a GCS bucket).
+Keys are relative ``/``-separated paths (see :mod:`bq_platform.lib.core.layout`).
 """
 
 import abc
@@ -22,9 +20,8 @@ READ_THREADS = 8
 
 
 def side_by_side(call: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
-    """``[call(item) for item in items]``, in order, on up to ``threads`` threads: what the
-    object store's callers use for many requests at once (on GCS each is ~20-100 ms). Runs
-    inline for ``threads`` < 2 or fewer than 2 items. An exception of ``call`` propagates.
+    """``[call(item) for item in items]``, in order, on up to ``threads`` threads (inline for
+    ``threads`` < 2 or fewer than 2 items). An exception of ``call`` propagates.
     """
     if threads < 2 or len(items) < 2:
         return [call(item) for item in items]
@@ -34,22 +31,15 @@ def side_by_side(call: Callable[[T], R], items: Sequence[T], threads: int) -> li
 
 def crc32c(data: bytes) -> str:
     """The CRC32C of ``data`` as GCS reports an object's: base64 of the 4-byte big-endian
-    checksum (RFC 4960 appendix B), e.g. ``"ROPt5Q=="``; cloud.google.com/storage/docs/
-    json_api/v1/objects, field ``crc32c``, and /storage/docs/data-validation. Computed by
-    google-crc32c (C, several GB/s)."""
+    checksum (RFC 4960 appendix B), e.g. ``"ROPt5Q=="`` (cloud.google.com/storage/docs/
+    json_api/v1/objects, field ``crc32c``)."""
     return base64.b64encode(google_crc32c.Checksum(data).digest()).decode("ascii")
 
 
 @dataclasses.dataclass(frozen=True)
 class ListedObject:
-    """One object as a listing returns it.
-
-    Attributes:
-        size: bytes.
-        crc32c: the object's CRC32C in :func:`crc32c`'s encoding when the store keeps one
-            (GCS computes it for every object it stores and returns it in objects.list), None
-            when it does not (a local disk: computing it means reading the file).
-    """
+    """One object as a listing returns it: ``size`` in bytes, and ``crc32c`` in
+    :func:`crc32c`'s encoding when the store keeps one (GCS does, for every object)."""
 
     size: int
     crc32c: str | None = None
@@ -64,11 +54,7 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def read_bytes(self, key: str) -> bytes:
-        """Return the whole object.
-
-        Raises:
-            ObjectNotFoundError: if ``key`` does not exist.
-        """
+        """Return the whole object; ``ObjectNotFoundError`` if ``key`` does not exist."""
 
     @abc.abstractmethod
     def write_bytes(self, key: str, data: bytes) -> None:
@@ -80,19 +66,11 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def stat(self, key: str) -> ListedObject:
-        """The object's size and, where the store keeps one, its CRC32C: on GCS one metadata
-        request (objects.get), no download.
-
-        Raises:
-            ObjectNotFoundError: if ``key`` does not exist.
-        """
+        """The object's size and, where the store keeps one, its CRC32C (no download);
+        ``ObjectNotFoundError`` if ``key`` does not exist."""
 
     def size(self, key: str) -> int:
-        """Size of the object in bytes (:meth:`stat`).
-
-        Raises:
-            ObjectNotFoundError: if ``key`` does not exist.
-        """
+        """Size of the object in bytes; ``ObjectNotFoundError`` if ``key`` does not exist."""
         return self.stat(key).size
 
     @abc.abstractmethod
@@ -102,11 +80,8 @@ class ObjectStore(abc.ABC):
         """Every key under ``prefix`` (recursive) with its size and checksum, in key order.
 
         ``prefix`` is a folder, no trailing ``/``. ``start``/``end``: only keys
-        ``start <= key < end`` (by code point, as GCS orders object names), e.g. a site's hour
-        folders from one hour to another. One listing: on GCS a listing is one request per
-        1,000 objects and carries each object's size and CRC32C (objects.list, with
-        ``startOffset`` and ``endOffset``: cloud.google.com/storage/docs/json_api/v1/objects/
-        list), where :meth:`size` or a download is one request per object.
+        ``start <= key < end`` (by code point, as GCS orders object names: objects.list
+        ``startOffset``/``endOffset``, cloud.google.com/storage/docs/json_api/v1/objects/list).
         """
 
     def list_sizes(
@@ -136,11 +111,7 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def key_for_uri(self, uri: str) -> str:
-        """Inverse of :meth:`uri`.
-
-        Raises:
-            ValueError: if ``uri`` is not inside this store.
-        """
+        """Inverse of :meth:`uri`; ``ValueError`` if ``uri`` is not inside this store."""
 
     @staticmethod
     def in_range(key: str, start: str | None, end: str | None) -> bool:
@@ -151,10 +122,8 @@ class ObjectStore(abc.ABC):
     read_threads: int = READ_THREADS
 
     def read_many(self, keys: Sequence[str]) -> dict[str, bytes | ObjectNotFoundError]:
-        """The objects ``keys``, read by :attr:`read_threads` threads: on GCS each read is a
-        request of ~20-100 ms, so reading a few thousand small objects (landed manifests) one
-        after the other takes minutes. A key that does not exist maps to its
-        ``ObjectNotFoundError``, for the caller to report in its own order.
+        """The objects ``keys``, read by :attr:`read_threads` threads. A key that does not
+        exist maps to its ``ObjectNotFoundError``, for the caller to report in its own order.
         """
 
         def read(key: str) -> bytes | ObjectNotFoundError:

@@ -1,21 +1,11 @@
 """Object store on Google Cloud Storage: the production implementation of :class:`ObjectStore`.
 
-Keys map to object names ``<prefix>/<key>`` in one bucket, and :meth:`GCSObjectStore.uri` gives
-``gs://<bucket>/<prefix>/<key>``, which Spark (through the cluster's GCS connector) and BigQuery
-load jobs read directly.
-
-Consistency: GCS writes are atomic per object and strongly consistent (read-after-write and
-list-after-write, cloud.google.com/storage/docs/consistency), so a whole-object upload is the
-"readers see the old or the new bytes" write the interface asks for; there is no temporary file
-and rename as on a local disk.
-
-Retries: every call passes :data:`GCS_RETRY`, google-cloud-storage's ``DEFAULT_RETRY`` (429, 408,
-5xx and connection errors; exponential backoff with jitter) with a bounded 120-s budget and the
-1 s -> 32 s backoff of :mod:`bq_platform.lib.gcp_retries`. Uploads are retried too: every write of
-a key carries the complete object, so repeating it gives the same final object
-(cloud.google.com/storage/docs/retry-strategy discusses when an unconditional upload retry is
-safe; here it is, because writers of one key write the same content, e.g. a manifest of one
-attempt).
+Keys map to objects ``<prefix>/<key>`` of one bucket, whose ``gs://`` URIs Spark and BigQuery
+load jobs read. A whole-object upload is atomic and strongly consistent
+(cloud.google.com/storage/docs/consistency): no temporary file and rename. Every call passes
+google-cloud-storage's ``DEFAULT_RETRY``, uploads too, without the ``if_generation_match`` the
+library asks for: writers of one key write the same complete object, so a repeat changes
+nothing (cloud.google.com/storage/docs/retry-strategy).
 """
 
 import mimetypes
@@ -25,32 +15,20 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
-from google.cloud.storage import retry as storage_retry
+from google.cloud.storage.retry import DEFAULT_RETRY
 
 from bq_platform.lib.storage.base import ListedObject, ObjectNotFoundError, ObjectStore
-from bq_platform.lib.gcp_retries import INITIAL_DELAY_S, MAXIMUM_DELAY_S, MULTIPLIER
 
-#: Total retry budget of one GCS call, seconds (the storage client's own default).
-GCS_RETRY_TIMEOUT_S = 120.0
 #: Per-request HTTP timeout, seconds (connect and read).
 GCS_REQUEST_TIMEOUT_S = 60.0
-
-#: Bounded retry used for every GCS call.
-GCS_RETRY = storage_retry.DEFAULT_RETRY.with_timeout(GCS_RETRY_TIMEOUT_S).with_delay(
-    initial=INITIAL_DELAY_S, maximum=MAXIMUM_DELAY_S, multiplier=MULTIPLIER
-)
 
 #: Environment variable the storage client reads to reach an emulator (includes the scheme).
 STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
 def _validate_key(key: str) -> str:
-    """Return ``key`` if it is a relative ``/``-separated key without empty/``.``/``..`` parts.
-
-    Raises:
-        ValueError: for absolute keys, empty segments, ``.``/``..``, or CR/LF (GCS forbids
-            them in object names: cloud.google.com/storage/docs/objects#naming).
-    """
+    """``key`` if relative, without empty, ``.`` or ``..`` parts or CR/LF (GCS forbids them:
+    cloud.google.com/storage/docs/objects#naming); else ValueError."""
     if not key or key.startswith("/") or key.endswith("/"):
         raise ValueError(f"object key must be relative, non-empty, without a trailing '/': {key!r}")
     parts = key.split("/")
@@ -65,15 +43,9 @@ def _validate_prefix(prefix: str) -> str:
 
 
 class GCSObjectStore(ObjectStore):
-    """A GCS bucket (optionally a folder inside it) behind the :class:`ObjectStore` interface.
-
-    Args:
-        bucket: bucket name (``gs://<bucket>``); the bucket must exist.
-        client: a ``google.cloud.storage.Client`` (see :func:`gcs_client`).
-        prefix: folder inside the bucket that plays the store's root, without leading or
-            trailing ``/`` (``""`` = the bucket root). Lets several environments share a bucket.
-        request_timeout_s: HTTP timeout of each request, seconds.
-    """
+    """An existing bucket, or a folder ``prefix`` in it (several environments can share a
+    bucket), as an :class:`ObjectStore`; ``client``: see :func:`gcs_client`;
+    ``request_timeout_s``: HTTP timeout per request, seconds."""
 
     def __init__(
         self,
@@ -118,7 +90,7 @@ class GCSObjectStore(ObjectStore):
     def read_bytes(self, key: str) -> bytes:
         blob = self._bucket.blob(self._name(key))
         try:
-            return blob.download_as_bytes(retry=GCS_RETRY, timeout=self._timeout)
+            return blob.download_as_bytes(retry=DEFAULT_RETRY, timeout=self._timeout)
         except api_exceptions.NotFound as exc:
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}") from exc
 
@@ -126,14 +98,14 @@ class GCSObjectStore(ObjectStore):
         name = self._name(key)
         content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
         self._bucket.blob(name).upload_from_string(
-            data, content_type=content_type, retry=GCS_RETRY, timeout=self._timeout
+            data, content_type=content_type, retry=DEFAULT_RETRY, timeout=self._timeout
         )
 
     def exists(self, key: str) -> bool:
-        return self._bucket.blob(self._name(key)).exists(retry=GCS_RETRY, timeout=self._timeout)
+        return self._bucket.blob(self._name(key)).exists(retry=DEFAULT_RETRY, timeout=self._timeout)
 
     def stat(self, key: str) -> ListedObject:
-        blob = self._bucket.get_blob(self._name(key), retry=GCS_RETRY, timeout=self._timeout)
+        blob = self._bucket.get_blob(self._name(key), retry=DEFAULT_RETRY, timeout=self._timeout)
         if blob is None or blob.size is None:
             raise ObjectNotFoundError(f"object not found: {self.uri(key)}")
         return ListedObject(int(blob.size), blob.crc32c or None)
@@ -146,12 +118,11 @@ class GCSObjectStore(ObjectStore):
             prefix=self._folder(prefix),
             start_offset=self._bound(start),
             end_offset=self._bound(end),
-            retry=GCS_RETRY,
+            retry=DEFAULT_RETRY,
             timeout=self._timeout,
         )
-        # Zero-byte "folder" placeholders (names ending in '/') made by consoles are not keys.
-        # The range is applied again here: gcp-storage-emulator ignores startOffset/endOffset
-        # (GAP-GCS-OFFSETS, test_emulator_gaps.py), GCS applies them server-side.
+        # Consoles' zero-byte "folder" objects (names ending in '/') are not keys. The range is
+        # applied again: gcp-storage-emulator ignores startOffset/endOffset (test_emulator_gaps).
         listed = {
             self._key(b.name): ListedObject(int(b.size or 0), b.crc32c or None)
             for b in blobs
@@ -165,7 +136,7 @@ class GCSObjectStore(ObjectStore):
             self.bucket_name,
             prefix=folder,
             delimiter="/",
-            retry=GCS_RETRY,
+            retry=DEFAULT_RETRY,
             timeout=self._timeout,
         )
         for _page in iterator.pages:  # ``prefixes`` fills in as pages are read
@@ -174,23 +145,20 @@ class GCSObjectStore(ObjectStore):
         return sorted(n for n in names if n)
 
     def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under the folder ``prefix``; return how many this call deleted.
-
-        Objects are listed, then deleted one by one (each delete retried); an object that
-        disappears in between (another run deleted it) is not counted. ``prefix`` must not be
-        empty: deleting a whole store is not something a pipeline step does.
-
-        Raises:
-            ValueError: if ``prefix`` is empty or malformed.
-        """
+        """Delete the objects under the folder ``prefix`` one by one; how many this call
+        deleted (not one another run deleted meanwhile). ValueError for an empty or malformed
+        ``prefix``: a pipeline step never deletes a whole store."""
         if not prefix:
             raise ValueError("delete_prefix needs a folder; refusing to delete the whole store")
         deleted = 0
         for blob in self.client.list_blobs(
-            self.bucket_name, prefix=self._folder(prefix), retry=GCS_RETRY, timeout=self._timeout
+            self.bucket_name,
+            prefix=self._folder(prefix),
+            retry=DEFAULT_RETRY,
+            timeout=self._timeout,
         ):
             try:
-                blob.delete(retry=GCS_RETRY, timeout=self._timeout)
+                blob.delete(retry=DEFAULT_RETRY, timeout=self._timeout)
             except api_exceptions.NotFound:
                 continue
             deleted += 1
@@ -213,24 +181,10 @@ def gcs_client(
     emulator_host: str | None = None,
     http: Any = None,
 ) -> storage.Client:
-    """Build a ``google.cloud.storage.Client``.
-
-    Production: Application Default Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, the
-    metadata server on GCE/GKE/Dataproc, or ``gcloud auth application-default login``) unless
-    ``credentials`` is given. Emulator: ``emulator_host`` (e.g. ``http://127.0.0.1:9023``), or
-    the ``STORAGE_EMULATOR_HOST`` environment variable when it is set at call time; requests
-    then go there without authentication.
-
-    Args:
-        project: GCP project ID (used for bucket creation and listing; may be None).
-        credentials: explicit credentials; default ADC (or anonymous for an emulator).
-        emulator_host: base URL of a GCS emulator, scheme included.
-        http: the ``requests.Session`` the client sends its requests through (default its
-            own); tests and ``scripts/bench_http.py`` pass one that records them.
-
-    Returns:
-        The client.
-    """
+    """A ``google.cloud.storage.Client`` of ``project`` (may be None), with Application Default
+    Credentials unless ``credentials`` is given, or unauthenticated for an emulator at
+    ``emulator_host`` (scheme included; default ``STORAGE_EMULATOR_HOST`` at call time).
+    ``http``: the ``requests.Session`` to send through (tests record with it)."""
     emulator_host = emulator_host or os.environ.get(STORAGE_EMULATOR_ENV) or None
     if emulator_host:
         return storage.Client(

@@ -1,32 +1,11 @@
 """The warehouse interface: BigQuery's job model, which the local DuckDB warehouse imitates.
 
-The pipeline talks to a warehouse only through :class:`Warehouse`. What is the same for every
-engine lives here, once:
-
-- **ensure table**: the spec is checked against BigQuery's rules
-  (:func:`bq_platform.lib.warehouse.rules.check_table_spec`), the existing table is read back
-  as a spec and compared with :func:`bq_platform.lib.warehouse.compare.compare` (one
-  comparison, BigQuery's), new NULLABLE columns and layout changes are patched, anything else
-  raises :class:`SchemaMismatchError`; cached per table and spec fingerprint, so a run makes
-  one metadata request per table (BigQuery allows ~5 metadata updates per 10 s per table:
-  cloud.google.com/bigquery/quotas#standard_tables);
-- **submit job**: every load and copy job (:mod:`.job_model`) is checked against BigQuery's
-  rules with the specs of its destination and sources before it is sent or run
-  (:meth:`Warehouse.validate_job`);
-- **publish ledger**: append-only rows read back latest-wins (:mod:`.ledger`), so concurrent
-  runs never run a mutating DML statement on it;
-- **counts** come from metadata (:meth:`Warehouse.table_info`): no scan, 0 bytes billed.
-
-A backend supplies only what differs between engines: reading, creating and patching a table,
-inserting and looking up jobs, appending and reading ledger rows, the audit table's SQL.
-
-Semantics every backend keeps (they are BigQuery's):
-
-- a job ID is used once: submitting an existing ID raises :class:`JobConflictError` (HTTP 409);
-- ``WRITE_TRUNCATE`` replaces the destination (a whole table, or one day partition when the
-  destination has a partition decorator ``table$YYYYMMDD``) atomically: a failed job leaves it
-  as it was;
-- a write into ``table$YYYYMMDD`` fails if a row's partition column is another day.
+:class:`Warehouse` holds what every engine shares: BigQuery's rules checked before anything is
+sent, tables ensured once per spec fingerprint (BigQuery allows about 5 metadata updates per
+10 s per table: cloud.google.com/bigquery/quotas#standard_tables), the append-only publish
+ledger, counts from metadata (0 bytes billed). A backend keeps BigQuery's semantics: a job ID
+is used once (HTTP 409); ``WRITE_TRUNCATE`` replaces a table or ``table$YYYYMMDD`` atomically
+and fails if a row belongs to another day.
 """
 
 import abc
@@ -92,13 +71,8 @@ class SchemaMismatchError(WarehouseError):
 
 @dataclasses.dataclass(frozen=True)
 class TableInfo:
-    """Metadata of a table, or of one day partition of it (no scan, 0 bytes billed).
-
-    Attributes:
-        table: table name, without decorator.
-        created: UTC creation time of the table.
-        rows: rows in the table, or in the partition when asked with ``$YYYYMMDD``.
-    """
+    """Metadata of a table (``table``: no decorator; ``created``: UTC) and its ``rows``, or
+    the partition's when asked with ``$YYYYMMDD``. No scan, 0 bytes billed."""
 
     table: str
     created: dt.datetime
@@ -106,11 +80,8 @@ class TableInfo:
 
 
 class Warehouse(abc.ABC):
-    """Tables and jobs. Backends: DuckDB (local) and BigQuery (production).
-
-    Subclasses call ``super().__init__()`` and implement the abstract methods; the rules, the
-    schema comparison, the ensure cache and the publish ledger are this class's.
-    """
+    """Tables and jobs. Backends: DuckDB (local) and BigQuery (production); subclasses call
+    ``super().__init__()`` and implement the abstract methods."""
 
     def __init__(self) -> None:
         self._ensured: dict[str, TableSpec] = {}
@@ -131,15 +102,9 @@ class Warehouse(abc.ABC):
         self.ensure_tables([spec])
 
     def ensure_tables(self, specs: Sequence[TableSpec]) -> None:
-        """:meth:`ensure_table` for each spec: one metadata read per table not ensured yet,
-        then the missing tables are created together (:meth:`_create_tables`).
-
-        Raises:
-            RuleViolation / SchemaMismatchError: as :meth:`ensure_table`, for the first spec
-                that fails; no missing table is created then.
-            ValueError: if two specs name the same table but differ (a spec repeated as is,
-                such as the published table of each day's copy, is ensured once).
-        """
+        """:meth:`ensure_table` of each spec; the missing tables are created together. Raises
+        as :meth:`ensure_table` for the first spec that fails (nothing is created then), and
+        ValueError if two specs of one table differ."""
         to_read: list[TableSpec] = []
         seen: dict[str, str] = {}
         for spec in specs:
@@ -171,12 +136,8 @@ class Warehouse(abc.ABC):
             self._check_existing(spec, existing)
 
     def _create_tables(self, specs: Sequence[TableSpec]) -> list[TableSpec]:
-        """Create each table of ``specs`` (:meth:`_create_table`) and mark it ensured.
-
-        Returns:
-            The specs whose table another client created first (HTTP 409), for the caller to
-            read back and check.
-        """
+        """Create each table of ``specs`` and mark it ensured; return the specs whose table
+        another client created first (HTTP 409), for the caller to read back and check."""
         existed = []
         for spec in specs:
             try:
@@ -188,11 +149,7 @@ class Warehouse(abc.ABC):
         return existed
 
     def _check_existing(self, spec: TableSpec, existing: TableSpec) -> None:
-        """Compare an existing table with ``spec``; patch additive changes, mark it ensured.
-
-        Raises:
-            SchemaMismatchError: if the difference is not additive.
-        """
+        """Patch additive changes and mark it ensured; SchemaMismatchError if not additive."""
         diff = compare(existing, spec)
         if diff.errors:
             raise SchemaMismatchError(
@@ -218,12 +175,8 @@ class Warehouse(abc.ABC):
         return self._ensured.get(table) or self._describe_table(table)
 
     def table_specs(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
-        """:meth:`table_spec` of each table (each name once), the ones not ensured in this run
-        read back together (:meth:`_describe_tables`).
-
-        Raises:
-            ValueError: if a name is reserved by the backend (DuckDB's internal tables).
-        """
+        """:meth:`table_spec` of each table, those not ensured read back together. Raises
+        ValueError for a name the backend reserves."""
         specs: dict[str, TableSpec | None] = {}
         for table in tables:
             specs.setdefault(table, self._ensured.get(table))
@@ -242,9 +195,7 @@ class Warehouse(abc.ABC):
         return None if info is None else info.rows
 
     def tables_rows(self, tables: Sequence[str]) -> dict[str, int | None]:
-        """:meth:`table_rows` of each table (or ``table$YYYYMMDD`` partition), each name once:
-        one metadata request per table, or fewer where the backend can answer several at once
-        (DuckDB: two statements)."""
+        """:meth:`table_rows` of each table (or ``table$YYYYMMDD`` partition), each name once."""
         return {table: self.table_rows(table) for table in dict.fromkeys(tables)}
 
     def partition_rows(self, table: str, day: dt.date) -> int:
@@ -262,8 +213,7 @@ class Warehouse(abc.ABC):
         """Read an existing table back as a spec (one metadata request); None if missing."""
 
     def _describe_tables(self, tables: Sequence[str]) -> dict[str, TableSpec | None]:
-        """:meth:`_describe_table` of each table, each once (one metadata request per table
-        on BigQuery); a backend that can read several tables in one statement overrides it."""
+        """:meth:`_describe_table` of each table, each once."""
         return {table: self._describe_table(table) for table in dict.fromkeys(tables)}
 
     @abc.abstractmethod
@@ -283,15 +233,8 @@ class Warehouse(abc.ABC):
         validate_job(job, specs.__getitem__)
 
     def submit_job(self, job: Job) -> JobStatus:
-        """Validate ``job`` (:meth:`validate_job`), then submit it with its own ID.
-
-        Returns:
-            Its status (it may still be running).
-
-        Raises:
-            RuleViolation: if BigQuery would refuse the job (nothing is sent).
-            JobConflictError: if a job with this ID already exists.
-        """
+        """Validate ``job`` and submit it under its own ID; its status (maybe RUNNING). Raises
+        RuleViolation if BigQuery would refuse it (nothing sent), JobConflictError on 409."""
         self.validate_job(job)
         return self._insert_job(job)
 
@@ -305,23 +248,18 @@ class Warehouse(abc.ABC):
 
     @abc.abstractmethod
     def wait_job(self, job_id: str, timeout_s: float = 3600.0) -> JobStatus:
-        """Block until the job is DONE (or ``timeout_s`` seconds pass) and return its status.
-
-        Raises:
-            TimeoutError: if the job is not DONE within ``timeout_s``.
-        """
+        """The job's status once DONE; TimeoutError if not DONE within ``timeout_s`` seconds."""
 
     @abc.abstractmethod
     def jobs_submitted(self, table: str, day: dt.date) -> int:
         """Jobs submitted with ``table`` as destination on UTC ``day`` (for budgets)."""
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobStatus | None]:
-        """:meth:`get_job` of each ID, each once (one ``jobs.get`` each on BigQuery; DuckDB
-        reads them in one statement)."""
+        """:meth:`get_job` of each ID, each once."""
         return {job_id: self.get_job(job_id) for job_id in dict.fromkeys(job_ids)}
 
     def jobs_submitted_to(self, tables: Sequence[str], day: dt.date) -> dict[str, int]:
-        """:meth:`jobs_submitted` of each table, each once (DuckDB: one statement)."""
+        """:meth:`jobs_submitted` of each table, each once."""
         return {table: self.jobs_submitted(table, day) for table in dict.fromkeys(tables)}
 
     # -- publish ledger ----------------------------------------------------------------------
@@ -335,15 +273,8 @@ class Warehouse(abc.ABC):
         return ledger.latest(self._ledger_rows(destination, partition))
 
     def write_publish_records(self, records: Sequence[PublishRecord]) -> None:
-        """Append ``records`` to the ledger in one INSERT statement (nothing if empty); each
-        supersedes earlier rows of its partition.
-
-        A step's 24-72 stage loads record their content at once: on BigQuery one DML query job
-        instead of one per load, locally one commit instead of one per load (issue 9).
-
-        Raises:
-            ValueError: if a ``published_at`` is naive (nothing is written).
-        """
+        """Append ``records`` in one INSERT (none: nothing); each supersedes its partition's
+        earlier rows. Raises ValueError if a ``published_at`` is naive (nothing is written)."""
         if not records:
             return
         for record in records:
@@ -374,8 +305,7 @@ class Warehouse(abc.ABC):
 
     def audited_builds(self, start: dt.datetime, end: dt.datetime) -> set[tuple[dt.datetime, str]]:
         """``(hour, fingerprint)`` of the ``pageviews_audit`` rows with ``start <= hour < end``
-        (UTC): which build each audited hour's rows come from. This default reads the rows
-        (:meth:`audit_rows`); DuckDB answers with one ``SELECT DISTINCT``."""
+        (UTC): which build each audited hour's rows come from."""
         return {(row["hour"], row["fingerprint"]) for row in self.audit_rows(start, end)}
 
     def close(self) -> None:  # noqa: B027 - optional hook

@@ -2,11 +2,10 @@
 
 BigQuery's rules decide what may change in place (cloud.google.com/bigquery/docs/
 managing-table-schemas): columns are matched by *position*; new columns may only be appended,
-and only as NULLABLE; a column's name, type or mode cannot change (relaxing REQUIRED to
-NULLABLE is possible in BigQuery, but we treat it as a migration); partitioning cannot change
-(/bigquery/docs/managing-partitioned-tables); clustering and ``require_partition_filter`` can
-be patched (/bigquery/docs/creating-clustered-tables#modifying-cluster-spec), and so can labels.
-Each backend reads the existing table back as a :class:`TableSpec`, then calls :func:`compare`.
+as NULLABLE; a column's name, type or mode cannot change (we treat relaxing REQUIRED as a
+migration); partitioning cannot change (/bigquery/docs/managing-partitioned-tables);
+clustering, ``require_partition_filter`` and labels can be patched
+(/bigquery/docs/creating-clustered-tables#modifying-cluster-spec).
 """
 
 import dataclasses
@@ -36,17 +35,10 @@ class SpecDifference:
 
 
 def compare(existing: TableSpec, wanted: TableSpec) -> SpecDifference:
-    """Compare ``existing`` (as read back from the warehouse) with ``wanted``.
-
-    Compared: columns by position (name, type, mode), the partition field, clustering,
-    ``require_partition_filter``, and the spec's labels (present with the same value; labels
-    others added are kept). Not compared: descriptions and expiration (an absolute time set at
-    creation).
-
-    Returns:
-        The :class:`SpecDifference`; ``added_columns`` and ``patch_fields`` are empty when
-        there are ``errors``.
-    """
+    """Compare ``existing`` (as read back from the warehouse) with ``wanted``: columns by
+    position, partitioning, clustering, ``require_partition_filter`` and the spec's labels
+    (others' labels are kept); not descriptions or expiration. With ``errors``, nothing is
+    to patch."""
     errors: list[str] = []
     have, want = list(existing.columns), list(wanted.columns)
     for index, column in enumerate(have):

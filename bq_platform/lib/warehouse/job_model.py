@@ -1,8 +1,5 @@
 """BigQuery's job model: load and copy jobs, what a job lookup returns, and the check of a job
 against BigQuery's rules before it is sent or run (:mod:`.rules`, :mod:`.job_rules`).
-
-Both warehouses take these jobs (:class:`bq_platform.lib.warehouse.base.Warehouse`, which
-re-exports them); the local DuckDB warehouse imitates BigQuery's semantics for them.
 """
 
 import dataclasses
@@ -27,7 +24,6 @@ class LoadJob:
         destination: table name, optionally with a partition decorator ``$YYYYMMDD``.
         source_uris: Parquet files (``gs://`` URIs or local paths); at most 10,000.
         spec: the destination's table spec (explicit schema, never autodetect).
-        write_disposition: ``WRITE_TRUNCATE`` replaces the destination.
         labels: job labels (asset, partition, run_id, fingerprint).
     """
 
@@ -44,12 +40,9 @@ class CopyJob:
     """Copy tables into a destination (BigQuery ``configuration.copy``).
 
     Attributes:
-        job_id: deterministic ID.
-        sources: source table names; each has the destination's schema, partitioning and
+        sources: source table names, each with the destination's schema, partitioning and
             clustering (:func:`bq_platform.lib.warehouse.job_rules.check_copy_job`).
         destination: ``table$YYYYMMDD`` to replace one day partition, or a table name.
-        write_disposition: ``WRITE_TRUNCATE`` replaces the destination partition.
-        labels: job labels.
     """
 
     job_id: str
@@ -67,13 +60,9 @@ class JobStatus:
     """What a job lookup returns.
 
     Attributes:
-        job_id: the job's ID.
-        state: ``PENDING``, ``RUNNING`` or ``DONE``.
         error_reason: BigQuery error reason (``invalid``, ``backendError``...) when DONE and failed.
-        error_message: human-readable error when DONE and failed.
-        output_rows: rows the job wrote (loads and copies), when known.
-        labels: the job's labels.
-        ended: UTC time the job finished (DONE jobs), when known.
+        output_rows: rows the job wrote, when known.
+        ended: UTC time the job finished, when known.
     """
 
     job_id: str
@@ -94,8 +83,8 @@ class JobStatus:
 
 
 def job_tables(job: Job) -> list[str]:
-    """The tables ``job`` names (no partition decorators): its destination, then a copy's
-    sources in order, each once; the tables :func:`validate_job` asks ``spec_of`` about."""
+    """The tables ``job`` names (no decorators): its destination, then a copy's sources, each
+    once."""
     names = [rules.split_destination(job.destination)[0]]
     if isinstance(job, CopyJob):
         names += [rules.split_destination(source)[0] for source in job.sources]

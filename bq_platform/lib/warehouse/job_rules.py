@@ -1,10 +1,5 @@
 """BigQuery's documented rules for load and copy jobs, and for the rows a write into a
-partition may hold; the sources are listed in :mod:`bq_platform.lib.warehouse.rules` (copy
-jobs, partition decorators, load jobs), which holds the rules of names, labels and tables.
-
-Both warehouses call :func:`check_load_job` / :func:`check_copy_job` before they submit a job
-(:class:`bq_platform.lib.warehouse.base.Warehouse`), and :func:`check_partition_rows` where a
-write into ``table$YYYYMMDD`` lands, so a local run fails where BigQuery would.
+partition may hold (names, labels and tables: :mod:`bq_platform.lib.warehouse.rules`).
 """
 
 import datetime as dt
@@ -45,10 +40,7 @@ def check_load_job(
 ) -> None:
     """Refuse a load job BigQuery would refuse.
 
-    Args:
-        job_id / destination / source_uris / write_disposition / labels: the job.
-        schema: the explicit schema the job sends (never autodetect).
-        destination_spec: the destination table's spec (as ensured).
+    ``schema`` is the explicit schema the job sends; ``destination_spec`` the table's, as ensured.
 
     Raises:
         RuleViolation: no URI or more than 10,000, a URI with more than one ``*``, a schema
@@ -96,10 +88,7 @@ def check_copy_job(
 ) -> None:
     """Refuse a copy job BigQuery would refuse.
 
-    Args:
-        job_id / destination / sources / write_disposition / labels: the job.
-        source_specs: spec of each source table (without decorator); None if it is missing.
-        destination_spec: the destination table's spec.
+    ``source_specs``: the spec of each source table (no decorator); None if it is missing.
 
     Raises:
         RuleViolation: no source or more than 1,200; a missing source; a source whose schema,
@@ -165,10 +154,8 @@ def check_copy_job(
 def check_partition_rows(
     destination: str, day: dt.date, days_found: Iterable[dt.date | None]
 ) -> None:
-    """Refuse a write into ``table$YYYYMMDD`` whose rows belong to other days.
-
-    BigQuery checks this itself while the job runs; the local warehouse calls this with the
-    partition values it found in the job's rows.
+    """Refuse a write into ``table$YYYYMMDD`` whose rows belong to other days (BigQuery checks
+    this while the job runs; the local warehouse calls this with the values it found).
 
     Raises:
         RuleViolation: with BigQuery's error text, if a value is not ``day``.

@@ -1,13 +1,11 @@
 """The publish ledger: one schema, append-only, read back latest-wins.
 
 Every warehouse keeps ``_bq_platform_published``: one row per job that put content into a
-destination partition (job ID, content fingerprint, rows, time). Rows are only ever appended
-and the latest row of a partition wins, so concurrent runs never issue a mutating DML
-statement on the table: BigQuery serializes UPDATE, DELETE and MERGE per table and fails the
-loser with "Could not serialize access to table ... due to concurrent update" (reason
-``invalidQuery``; wepay/kafka-connect-bigquery issue 279), while INSERT statements do not
-conflict (cloud.google.com/bigquery/docs/data-manipulation-language#concurrent_jobs). Job
-labels carry the same facts with every job (kept 180 days in BigQuery's job history).
+destination partition. Rows are only appended and the latest row of a partition wins, because
+BigQuery serializes UPDATE, DELETE and MERGE per table and fails the loser with "Could not
+serialize access to table ... due to concurrent update" (wepay/kafka-connect-bigquery#279),
+while INSERT statements do not conflict
+(cloud.google.com/bigquery/docs/data-manipulation-language#concurrent_jobs).
 """
 
 import dataclasses
@@ -25,11 +23,9 @@ class PublishRecord:
     """What was last published into a destination partition, for later runs and auditors.
 
     Attributes:
-        destination: table name (``pageviews``, ``pageviews_stage_1995080104``...).
+        destination: table name, no decorator.
         partition: ``YYYYMMDD`` or ``YYYYMMDDHH``; ``""`` for a whole table.
-        job_id: the job that wrote it.
         fingerprint: content fingerprint the job ID was built from.
-        rows: rows written.
         published_at: UTC time of the record.
     """
 
@@ -64,11 +60,7 @@ def publish_ledger_spec() -> TableSpec:
 
 
 def to_row(record: PublishRecord) -> dict[str, Any]:
-    """A :class:`PublishRecord` as a ledger row.
-
-    Raises:
-        ValueError: if ``published_at`` is naive.
-    """
+    """A :class:`PublishRecord` as a ledger row; ``ValueError`` if ``published_at`` is naive."""
     if record.published_at.tzinfo is None:
         raise ValueError(f"published_at must be timezone-aware UTC, got {record.published_at!r}")
     return {
@@ -113,9 +105,8 @@ def latest(rows: Iterable[Mapping[str, Any]]) -> PublishRecord | None:
 class LedgerIndex:
     """The latest ledger row of each ``(destination, partition_key)``, in memory.
 
-    A backend that reads the ledger once per warehouse object (BigQuery:
-    ``tabledata.list``, free) answers every lookup of the run from it; rows the object appends
-    are added, so its own records are seen at once. The order is :func:`latest`'s.
+    A backend that reads the ledger once per warehouse object answers every lookup from it;
+    rows it appends are added, so its own records are seen at once.
     """
 
     def __init__(self, rows: Iterable[Mapping[str, Any]] = ()) -> None:

@@ -1,32 +1,28 @@
 """A BigQuery transport that records every write and sends none: what ``bq-platform plan`` uses.
 
-``bq-platform plan`` runs the production adapter (:class:`~bq_platform.lib.warehouse.bigquery.warehouse.
-BigQueryWarehouse`) itself, with its HTTP session replaced by :class:`RecordingSession`, so the
-requests it prints are exactly the ones a run would send: the REST resources the official
-client builds (``Table.to_api_repr()``, ``LoadJob``/``CopyJob`` configurations), never a
-separate rendering.
+The requests printed are the REST resources the official client builds, never a separate
+rendering.
 
 - Writes (``tables.insert``, ``tables.patch``/``update``, ``jobs.insert``) are recorded in
-  :attr:`RecordingSession.requests` and answered as BigQuery would answer a success (the
-  resource echoed, a job DONE), without being sent.
-- Reads (``GET``: ``datasets.get``, ``tables.get``, ``tables.list``, ``jobs.get``,
-  ``jobs.list``) go to BigQuery through the wrapped authorized session, so the plan knows what
-  exists and which jobs are done. With ``offline=True`` nothing is sent at all: the dataset
-  exists and is empty, no table and no job is found.
-- Any other request (a query job, ``datasets.insert``...) is refused with an error: a plan
-  must not bill or change anything. The adapter never needs one while planning: it reads the
-  ledger and the audit rows with ``tabledata.list`` (a ``GET``, free), never a query.
+  :attr:`RecordingSession.requests` and answered as a success (resource echoed, job DONE).
+- Reads (``GET``) go to BigQuery through the wrapped authorized session; with
+  ``offline=True`` nothing is sent: the dataset exists and is empty.
+- Any other request (a query job, ``datasets.insert``) raises :class:`PlanRefusedError`: a
+  plan must not bill or change anything.
 
 REST paths: cloud.google.com/bigquery/docs/reference/rest (``/bigquery/v2/projects/{p}/...``).
 """
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import re
 from typing import Any
 
 import requests
+import requests.adapters
+import urllib3
 
 _PATH = re.compile(
     r"/bigquery/v2/projects/(?P<project>[^/]+)"
@@ -37,12 +33,8 @@ _PATH = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class RecordedRequest:
-    """One write the adapter would have sent.
-
-    Attributes:
-        api: ``tables.insert``, ``tables.patch`` or ``jobs.insert``.
-        resource: the JSON body, exactly as the client serialized it.
-    """
+    """One write the adapter would have sent: ``api`` (``tables.insert``, ``tables.patch`` or
+    ``jobs.insert``) and ``resource``, the JSON body as the client serialized it."""
 
     api: str
     resource: dict[str, Any]
@@ -57,13 +49,14 @@ class PlanRefusedError(RuntimeError):
 
 
 def _response(status: int, payload: dict[str, Any], method: str, url: str) -> requests.Response:
-    response = requests.Response()
-    response.status_code = status
-    response._content = json.dumps(payload).encode()
-    response.headers["Content-Type"] = "application/json"
-    response.url = url
-    response.request = requests.Request(method, url).prepare()
-    return response
+    raw = urllib3.HTTPResponse(
+        body=io.BytesIO(json.dumps(payload).encode()),
+        status=status,
+        headers={"Content-Type": "application/json"},
+        preload_content=False,
+    )
+    request = requests.Request(method, url).prepare()
+    return requests.adapters.HTTPAdapter().build_response(request, raw)
 
 
 def _not_found(method: str, url: str, what: str) -> requests.Response:
@@ -72,16 +65,9 @@ def _not_found(method: str, url: str, what: str) -> requests.Response:
 
 
 class RecordingSession(requests.Session):
-    """A ``requests.Session`` for ``bigquery.Client(_http=...)`` that records writes.
-
-    Args:
-        inner: the authorized session reads go through (production); ignored offline.
-        offline: answer every read as an empty dataset would, send nothing.
-        location: the dataset location reported offline.
-
-    Attributes:
-        requests: the recorded writes, in order.
-    """
+    """A ``requests.Session`` for ``bigquery.Client(_http=...)`` that records writes in
+    :attr:`requests`. ``inner``: the authorized session reads go through (unused
+    ``offline``); ``location``: the dataset location reported offline."""
 
     def __init__(
         self, inner: requests.Session | None = None, *, offline: bool, location: str = "US"

@@ -1,51 +1,9 @@
 """BigQuery's documented constraints on table specs and jobs, in one place, with their sources.
 
-Neither bqemulator nor the local DuckDB warehouse enforces these, so a request that BigQuery
-refuses passes every offline test unless our own code refuses it first. Both warehouses call
-:func:`check_table_spec` before they create or patch a table and
-:func:`~bq_platform.lib.warehouse.job_rules.check_load_job` /
-:func:`~bq_platform.lib.warehouse.job_rules.check_copy_job` before they submit a job (see
-:class:`bq_platform.lib.warehouse.base.Warehouse`), so a local run fails where BigQuery would,
-with the same message. Each rule names its source; when a rule changes in BigQuery, change it
-here (or in :mod:`bq_platform.lib.warehouse.job_rules`, the rules of load and copy jobs) and in
-``bq_platform_tests/lib/warehouse/test_rules.py``.
-
-Sources (all on cloud.google.com unless stated):
-
-- job IDs: ``/bigquery/docs/running-jobs#generate-jobid`` ("letters, numbers, underscores, or
-  dashes ... maximum length is 1,024 characters");
-- labels: ``/bigquery/docs/labels-intro#requirements`` (at most 64 per resource; keys and values
-  at most 63 characters of lowercase letters, digits, ``_`` and ``-``; keys start with a
-  lowercase letter; we accept the ASCII subset of the international characters allowed);
-- table names: ``/bigquery/docs/tables#table_naming`` (up to 1,024 UTF-8 bytes; we accept
-  ``[A-Za-z_][A-Za-z0-9_]*``, a strict subset); column names:
-  ``/bigquery/docs/schemas#column_names`` (letters, digits, underscores, start with a letter
-  or underscore, at most 300 characters, unique ignoring case; we accept the ASCII subset);
-- partition decorators: ``/bigquery/docs/managing-partitioned-table-data`` (``$YYYYMMDD``
-  addresses a partition of a DAY-partitioned table only);
-- copy jobs: ``/bigquery/docs/managing-partitioned-tables#copy_partitions`` ("Modifying
-  partitioned tables": to copy into a column-partitioned table all sources must be partitioned
-  with the destination's specification; partitioned and non-partitioned sources cannot be
-  mixed; refused copies read ``400 Failed to copy Non partitioned table to Column partitioned
-  table: not supported``, quoted in apache/airflow PR 42130); clustering must match too
-  (apache/beam issue 34571); at most 1,200 source tables per copy job
-  (``/bigquery/quotas#copy_jobs``);
-- several sources copied into ``table$YYYYMMDD`` must each name that partition
-  (``source$YYYYMMDD``): apache/beam PR 21757 found copy jobs refuse a partition destination
-  with whole tables as sources; mozilla/bigquery-etl PR 2228 fixed it with partition ids;
-- a write into ``table$YYYYMMDD`` may only hold that day's rows (BigQuery answers ``Some rows
-  belong to different partitions rather than destination partition YYYYMMDD``; see
-  mozilla/bigquery-etl PR 4419 for the error in the wild);
-- load jobs: at most 10,000 source URIs (``/bigquery/quotas#load_jobs``), at most one ``*``
-  wildcard per URI (``/bigquery/docs/batch-loading-data#load-wildcards``); we always send an
-  explicit schema (autodetect guesses types from a sample);
-- clustering: at most 4 columns, top-level, of a clusterable type
-  (``/bigquery/docs/clustered-tables#limitations``);
-- partitioning: a top-level ``DATE``, ``TIMESTAMP`` or ``DATETIME`` column
-  (``/bigquery/docs/partitioned-tables#date_timestamp_partitioned_tables``);
-  ``require_partition_filter`` only on a partitioned table (``/bigquery/docs/managing-
-  partitioned-tables#require-filter``);
-- columns: at most 10,000 per table (``/bigquery/quotas#table_limits``).
+Neither bqemulator nor DuckDB enforces these, so both warehouses check them before they create
+a table or submit a job: a local run fails where BigQuery would, with the same message. Each
+rule names its source (a cloud.google.com path, or an upstream issue) where it raises
+:func:`refuse`. Job rules: :mod:`bq_platform.lib.warehouse.job_rules`.
 """
 
 import datetime as dt
@@ -80,11 +38,8 @@ WRITE_DISPOSITIONS = frozenset({"WRITE_TRUNCATE", "WRITE_APPEND", "WRITE_EMPTY"}
 
 
 class RuleViolation(ValueError):
-    """A table spec or job that BigQuery would refuse; nothing was sent or run.
-
-    The message starts with ``BigQuery would refuse`` and names the table or job, the rule and
-    its source, so the local run and production fail with the same text.
-    """
+    """A table spec or job that BigQuery would refuse; nothing was sent or run. The message
+    (``BigQuery would refuse ...``) names the table or job, the rule and its source."""
 
 
 def refuse(what: str, rule: str, source: str) -> RuleViolation:
@@ -114,11 +69,7 @@ def split_destination(destination: str) -> tuple[str, dt.date | None]:
 
 
 def check_job_id(job_id: str) -> str:
-    """Return ``job_id`` if BigQuery accepts it.
-
-    Raises:
-        RuleViolation: unless it is 1-1,024 characters of ``[A-Za-z0-9_-]``.
-    """
+    """Return ``job_id`` if BigQuery accepts it, else raise :class:`RuleViolation`."""
     if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
         raise refuse(
             f"job ID {job_id!r}",
@@ -129,11 +80,7 @@ def check_job_id(job_id: str) -> str:
 
 
 def check_table_name(name: str) -> str:
-    """Return ``name`` if it is a table name we may send.
-
-    Raises:
-        RuleViolation: unless it matches ``[A-Za-z_][A-Za-z0-9_]{0,1023}``.
-    """
+    """Return ``name`` if it is a table name we may send, else raise :class:`RuleViolation`."""
     if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
         raise refuse(
             f"table name {name!r}",
@@ -146,8 +93,7 @@ def check_table_name(name: str) -> str:
 def check_labels(labels: Mapping[str, str], where: str) -> dict[str, str]:
     """Return ``labels`` as a dict if BigQuery accepts them on ``where`` (a table or job).
 
-    A value of None is refused too: the API answers HTTP 500 to it (bqemulator does), which a
-    retry policy would repeat until its deadline.
+    A value of None is refused too: the API answers HTTP 500 to it, which a retry would repeat.
 
     Raises:
         RuleViolation: for more than 64 labels, or a key or value out of the rules.
@@ -218,15 +164,9 @@ def _check_columns(spec: TableSpec) -> dict[str, Column]:
 
 
 def check_table_spec(spec: TableSpec) -> TableSpec:
-    """Return ``spec`` if BigQuery would create a table from it.
-
-    Checks the name, columns, DAY partitioning on a DATE/TIMESTAMP/DATETIME column, clustering
-    (at most 4 existing top-level columns of clusterable types), ``require_partition_filter``
-    only with partitioning, a positive expiration, and labels.
-
-    Raises:
-        RuleViolation: naming the table, the rule and its source.
-    """
+    """Return ``spec`` if BigQuery would create a table from it (name, columns, partitioning,
+    clustering, ``require_partition_filter``, expiration, labels), else raise
+    :class:`RuleViolation`."""
     check_table_name(spec.name)
     columns = _check_columns(spec)
     what = f"table {spec.name}"

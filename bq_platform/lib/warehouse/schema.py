@@ -1,11 +1,7 @@
 """Table specifications shared by every warehouse: names, columns, partitioning, clustering.
 
-Types are BigQuery standard SQL type names; the DuckDB warehouse maps them
-(:data:`bq_platform.lib.warehouse.duckdb.warehouse.DUCKDB_TYPES`). Schemas are explicit, never
-autodetected. A spec's :meth:`TableSpec.fingerprint` keys the "ensure table" cache, so a table's
-metadata is read or written once per process and schema, not once per partition (BigQuery
-allows about 5 metadata updates per 10 s per table:
-cloud.google.com/bigquery/quotas#standard_tables).
+Types are BigQuery standard SQL type names (the DuckDB warehouse maps them). Schemas are
+explicit, never autodetected.
 """
 
 import dataclasses
@@ -62,13 +58,10 @@ class TableSpec:
 
     Attributes:
         name: table name without dataset, e.g. ``pageviews``.
-        columns: the schema, in order.
         partition_field: DATE column for daily partitioning, or None.
         clustering: clustering columns, most selective filter first (``site``).
         require_partition_filter: queries must filter on the partition column.
-        expiration_days: the table deletes itself this many days after creation (stage tables).
-        labels: table labels (BigQuery: <= 64, keys/values <= 63 chars, lowercase).
-        description: shown in the BigQuery console.
+        expiration_days: the table deletes itself this many days after creation.
     """
 
     name: str
@@ -193,12 +186,9 @@ def stage_spec(kind: str, hour: dt.datetime) -> TableSpec:
     """One hour's stage table: the published table's schema, partitioning and clustering.
 
     BigQuery copies into a column-partitioned table only from sources partitioned and
-    clustered the same way (``400 Failed to copy Non partitioned table to Column partitioned
-    table: not supported``, apache/airflow PR 42130; clustering: apache/beam issue 34571; see
-    :func:`bq_platform.lib.warehouse.job_rules.check_copy_job`), so a stage table is the published
-    table's spec with its own name, no partition filter requirement, an expiration of
-    :data:`STAGE_EXPIRATION_DAYS` days and a ``role: stage`` label. Beam and dbt's
-    ``copy_partitions`` build their temporary tables the same way.
+    clustered the same way (:func:`bq_platform.lib.warehouse.job_rules.check_copy_job`), so a
+    stage table is the published table's spec with its own name, no partition filter, an
+    expiration of :data:`STAGE_EXPIRATION_DAYS` days and a ``role: stage`` label.
     """
     published = pageviews_spec(False) if kind == "full" else pageviews_sample_spec(False)
     return dataclasses.replace(
@@ -227,10 +217,8 @@ def audit_spec() -> TableSpec:
 def deadletters_spec() -> TableSpec:
     """``pageview_deadletters``: every rejected or out-of-window line of the current builds.
 
-    One day partition per UTC delivery date, replaced as a whole by one WRITE_TRUNCATE load job
-    of the dead-letter Parquet files the day's hour manifests name (so only current attempts;
-    issue 7, "Dead letters for operators"). Clustered by site and reason, the filters an
-    operator uses.
+    One day partition per UTC delivery date (:mod:`bq_platform.lib.publish.deadletter_table`),
+    clustered by site and reason, the filters an operator uses.
     """
     return TableSpec(
         name=DEADLETTERS_TABLE,

@@ -25,7 +25,7 @@ COUNTS = SiteHourCounts(
 
 
 def test_the_json_is_the_one_manifests_have_always_stored() -> None:
-    # to_json is written field by field (issue 9: asdict deep-copies); the document must stay
+    # to_json is written field by field (asdict deep-copies); the document must stay
     # the one asdict gave, or the hour fingerprints over it would change.
     before = dataclasses.asdict(COUNTS) | {"hour": "1995-08-30T23:00:00+00:00"}
     assert json.dumps(COUNTS.to_json(), sort_keys=True) == json.dumps(before, sort_keys=True)

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from bq_platform.lib.core import layout
+from bq_platform.lib.core.manifest import LandedManifest, LandingError
 from bq_platform.lib.landing.deliveries import (
     LandedDelivery,
     landed_hour,
@@ -20,9 +21,8 @@ from bq_platform.lib.landing.deliveries import (
     unreadable_landed_file,
     verify_landed,
 )
-from bq_platform.lib.landing.producer.land import LandingError, land_file
 from bq_platform.lib.landing.index import list_sites
-from bq_platform.lib.core.manifest import LandedManifest
+from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.storage.base import ListedObject, crc32c
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from bq_platform.lib.core import layout
-from bq_platform.lib.landing.producer.land import land_file
-from bq_platform.lib.landing.index import find_orphans, scan_landing
 from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.landing.index import find_orphans, scan_landing
+from bq_platform.lib.landing.producer.land import land_file
+from bq_platform.lib.planning import lookback_start
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore
-from bq_platform.lib.planning import lookback_start
 from bq_platform_tests.emulators import GCSEmulator
 from bq_platform_tests.http_recording import RecordingSession
 from bq_platform_tests.lib.build_inputs import land

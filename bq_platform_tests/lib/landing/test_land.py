@@ -14,20 +14,19 @@ from urllib.parse import unquote
 import google_crc32c
 import pytest
 
+from bq_platform.lib.core.layout import landed_manifest_key
+from bq_platform.lib.core.manifest import LandedManifest, LandingError, ManifestError
+from bq_platform.lib.core.partition_window import HourWindow
+from bq_platform.lib.landing.index import scan_landing
 from bq_platform.lib.landing.producer import split as landing_split
 from bq_platform.lib.landing.producer.land import (
-    LandingError,
     assign_hours,
     gzip_deterministic,
     land_file,
     read_lines,
 )
-from bq_platform.lib.landing.index import scan_landing
-from bq_platform.lib.core.layout import landed_manifest_key
-from bq_platform.lib.core.manifest import LandedManifest, ManifestError
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore
-from bq_platform.lib.core.partition_window import HourWindow
 from bq_platform_tests.emulators import GCSEmulator
 from bq_platform_tests.http_recording import RecordingSession
 

@@ -11,19 +11,18 @@ import pyarrow.parquet as pq
 
 from bq_platform.lib.core import layout
 from bq_platform.lib.core import logformat as lf
-from bq_platform.lib.core.accounting import accounting_problems
-from bq_platform.lib.build.hourly import build_hours
-from bq_platform.lib.landing.producer.land import land_file, land_files
-from bq_platform.lib.landing.index import scan_landing
 from bq_platform.lib.core.manifest import HourManifest
-from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.core.partition_window import (
     REASON_BEFORE_FIRST_PARTITION,
     REASON_FUTURE_TIMESTAMP,
     HourWindow,
     out_of_window_reason,
 )
+from bq_platform.lib.hourly_build.build import build_hours
+from bq_platform.lib.landing.index import scan_landing
+from bq_platform.lib.landing.producer.land import land_file, land_files
 from bq_platform.lib.publish.protocol import day_completeness
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import EPA, NASA, deliver
 from bq_platform_tests.lib.build_inputs import KEY as BUILD_KEY
 from bq_platform_tests.lib.built_slice import read_parquet
@@ -68,7 +67,7 @@ def test_orphan_data_file_holds_its_hour_and_is_named(spark, tmp_path):
     assert manifest.orphan_files == (orphan,)
     assert manifest.input_fingerprint == scan_landing(store).get(H4).input_fingerprint
     assert [c.source_lines for c in manifest.counts] == [3]  # its lines are not counted yet
-    assert any(orphan in p and "without a manifest" in p for p in accounting_problems(manifest))
+    assert any(orphan in p and "without a manifest" in p for p in manifest.accounting_problems())
     gate = day_completeness(AuditedWarehouse([manifest]), store, H4.date(), "full")
     assert any(orphan in reason for reason in gate.problems[H4])
     assert H4 + dt.timedelta(hours=1) in gate.problems  # not built: the only other reason
@@ -76,7 +75,7 @@ def test_orphan_data_file_holds_its_hour_and_is_named(spark, tmp_path):
     # the manifest arrives (written last by its producer): the hour is whole again
     deliver(store, SITE, H4, body, 5, name="late-delivery.log.gz", source="late")
     (again,) = build_hours(spark, store, [H4], attempt_id="whole", visitor_key=KEY)
-    assert again.orphan_files == () and not accounting_problems(again)
+    assert again.orphan_files == () and not again.accounting_problems()
     assert [(c.source_lines, c.pageviews) for c in again.counts] == [(8, 8)]
     gate = day_completeness(AuditedWarehouse([again]), store, H4.date(), "full")
     assert H4 not in gate.problems
@@ -163,7 +162,7 @@ def test_window_reference_and_bounds() -> None:
 
 
 def test_full_bundled_logs_through_the_lander(spark, access_logs, tmp_path) -> None:
-    """All 81,744 real lines, landed by bq_platform.lib.landing.producer.land, balance hour by hour."""
+    """All 81,744 real lines, landed by ``lib.landing.producer.land``, balance hour by hour."""
     store = LocalObjectStore(tmp_path / "lake")
     landed = []
     for site in (NASA, EPA):

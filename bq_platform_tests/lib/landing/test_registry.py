@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bq_platform.lib.landing.producer.land import land_file
-from bq_platform.lib.landing.index import scan_landing
-from bq_platform.lib.landing.producer.registry import read_state
 from bq_platform.lib.core.layout import landing_registry_key
+from bq_platform.lib.landing.index import scan_landing
+from bq_platform.lib.landing.producer.land import land_file
+from bq_platform.lib.landing.producer.registry import read_state
 from bq_platform.lib.storage.local import LocalObjectStore
 
 SITE = "ksc.nasa.gov"

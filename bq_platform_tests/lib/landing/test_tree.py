@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bq_platform.lib.landing.producer.land import LandingError
+from bq_platform.lib.core.manifest import LandingError
 from bq_platform.lib.landing.producer.tree import land_sites, site_folders
 from bq_platform.lib.storage.local import LocalObjectStore
 

@@ -12,13 +12,13 @@ import pytest
 
 from bq_platform.lib.core import layout
 from bq_platform.lib.core import logformat as lf
-from bq_platform.lib.build.hourly import build_hours
-from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.hourly_build.build import build_hours
 from bq_platform.lib.publish.deadletter_table import (
     built_hours_of,
     deadletter_load_plan,
     load_day_deadletters,
 )
+from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE
 from bq_platform_tests.lib.build_inputs import EPA, KEY, NASA, ODD, land, real_lines, utc

@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from bq_platform.lib.publish import idempotent_jobs as jobs
-from bq_platform.lib.publish.job_decisions import MAX_GENERATIONS, decide, first_decision
 from bq_platform.lib.publish.idempotent_jobs import MAX_JOB_RETRIES, JobOutcome
+from bq_platform.lib.publish.job_decisions import MAX_GENERATIONS, decide, first_decision
 from bq_platform.lib.publish.quota import JobBudget, QuotaBudgetExceededError
 from bq_platform.lib.warehouse.base import JobFailedError, JobStatus
 from bq_platform.lib.warehouse.schema import pageviews_spec
@@ -215,7 +215,7 @@ def test_transient_job_failure_backs_off_and_runs_next_generation(
 
 
 def test_transient_job_failures_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobs.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(jobs, "full_jitter", lambda cap_s: cap_s)  # the longest delay
     wh = FakeWarehouse()
     for generation in range(MAX_GENERATIONS):
         wh.submit_results[cid(FP_A, generation)] = failed(cid(FP_A, generation), "backendError")
@@ -294,7 +294,7 @@ def _step_log() -> tuple[logging.Logger, _Recorder]:
 
 
 def test_submits_and_skips_stay_out_of_the_step_log(caplog: pytest.LogCaptureFixture) -> None:
-    """Each line in a step's log is an event in Dagster's event log (issue 9): a submitted or
+    """Each line in a step's log is an event in Dagster's event log: a submitted or
     skipped job is progress for the module logger, an adoption stays in the step's log."""
     step_log, recorder = _step_log()
     wh = FakeWarehouse()

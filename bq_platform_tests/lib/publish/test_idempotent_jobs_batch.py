@@ -1,4 +1,5 @@
-"""Many idempotent jobs at once (:func:`bq_platform.lib.publish.idempotent_jobs.run_idempotent_jobs`): every job
+"""Many idempotent jobs at once
+(:func:`bq_platform.lib.publish.idempotent_jobs.run_idempotent_jobs`): every job
 is submitted before any is waited for, so BigQuery runs them side by side; a failure of one
 still lets the others finish and be recorded, and a re-run completes the rest.
 

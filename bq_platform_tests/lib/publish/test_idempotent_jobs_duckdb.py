@@ -1,4 +1,5 @@
-"""The job state machine (:mod:`bq_platform.lib.publish.idempotent_jobs`) end to end on the DuckDB warehouse:
+"""The job state machine (:mod:`bq_platform.lib.publish.idempotent_jobs`) end to end on the DuckDB
+warehouse:
 loads and the day's copy run once per content, and run again when the table that held their
 output expired, was dropped, or was written by someone else.
 """

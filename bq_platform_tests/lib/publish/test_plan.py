@@ -1,7 +1,11 @@
 """``bq-platform plan``: the production adapter's own requests, recorded, never sent."""
 
+import contextlib
 import datetime as dt
+import functools
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,18 +57,59 @@ def _prod_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
         monkeypatch.setenv(name, value)
 
 
+class NetworkUsedError(Exception):
+    """A socket was opened or a host name resolved inside :func:`no_network` (not an
+    ``OSError``, so no client retries it as a transient network failure)."""
+
+
+#: Network events (``sys.addaudithook`` names, docs.python.org/3/library/audit_events.html)
+#: that :func:`no_network` refuses.
+NETWORK_EVENTS = frozenset(
+    {"socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "socket.sendto"}
+)
+_refusing: list[list[str]] = []
+
+
+def _refuse_network(event: str, args: tuple[object, ...]) -> None:
+    if _refusing and event in NETWORK_EVENTS:
+        _refusing[-1].append(f"{event}{args[1:2] if event == 'socket.connect' else args[:2]}")
+        raise NetworkUsedError(_refusing[-1][-1])
+
+
+@functools.cache
+def _install_hook() -> None:
+    sys.addaudithook(_refuse_network)  # for good (hooks cannot be removed): inert outside
+
+
+@contextlib.contextmanager
+def no_network() -> Iterator[list[str]]:
+    """Refuse, in every thread of this process, each socket connection and name lookup while
+    the block runs; yields the list of those refused."""
+    _install_hook()
+    refused: list[str] = []
+    _refusing.append(refused)
+    try:
+        yield refused
+    finally:
+        _refusing.remove(refused)
+
+
+def test_no_network_refuses_a_request() -> None:
+    with no_network() as refused, pytest.raises(NetworkUsedError):
+        requests.get("http://127.0.0.1:9/", timeout=1)
+    assert refused == ["socket.getaddrinfo('127.0.0.1', 9)"]
+
+
 @pytest.fixture
 def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     _write_lake(tmp_path)
     _prod_env(monkeypatch, tmp_path)
-
-    def no_network(*args: object, **kwargs: object) -> None:
-        raise AssertionError("plan --offline sent a request")
-
-    monkeypatch.setattr(requests.Session, "send", no_network)
-    result = CliRunner().invoke(
-        main, ["plan", "--offline", "--json", "--start", "1995-08-01T04", "--end", "1995-08-01T05"]
-    )
+    with no_network() as refused:
+        result = CliRunner().invoke(
+            main,
+            ["plan", "--offline", "--json", "--start", "1995-08-01T04", "--end", "1995-08-01T05"],
+        )
+    assert refused == [], "plan --offline used the network"
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.output.splitlines()]
 

@@ -3,6 +3,9 @@
 import datetime as dt
 import struct
 
+from bq_platform.lib.core.hours import day_hours, hour_label
+from bq_platform.lib.planning import contiguous
+from bq_platform.lib.quality import heatmap
 from bq_platform.lib.quality.completeness import (
     bar_line,
     hour_status,
@@ -10,8 +13,6 @@ from bq_platform.lib.quality.completeness import (
     render_png,
     site_matrix,
 )
-from bq_platform.lib.core.hours import day_hours, hour_label
-from bq_platform.lib.planning import contiguous
 
 DAY = dt.date(1995, 8, 1)
 HOURS = day_hours(DAY)
@@ -83,3 +84,22 @@ def test_render_png_size_does_not_grow_with_sites():
     width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and height < 1400 and width > height / 2
     assert 400 < width <= 1300  # the browser test wants > 400 px; the UI's report is ~1350
+
+
+def test_render_png_hatches_the_incomplete_hours_and_names_them(monkeypatch):
+    drawn = {}
+
+    def heatmaps_png(title, row_labels, panels, column_labels, x_label, hatched_columns=()):
+        drawn.update(title=title, rows=row_labels, panels=panels, hatched=hatched_columns)
+        return b"png"
+
+    monkeypatch.setattr(heatmap, "heatmaps_png", heatmaps_png)
+    fingerprints = {hour_label(h): "f" for h in HOURS[:23]}  # 23:00 never built
+    bad = {**row(HOURS[6], 10, 6), "pageviews": 1}
+    rows = [row(HOURS[4], 10, 6, rejected=1), bad]
+    assert render_png(DAY, rows, hour_status(DAY, rows, fingerprints)) == b"png"
+    assert drawn["hatched"] == [6, 23]
+    assert "22/24 hours complete" in drawn["title"][0]
+    assert "not built/audited: 23" in drawn["title"][0] and "unbalanced: 06" in drawn["title"][0]
+    assert drawn["rows"] == ["example.org"]
+    assert [p.values[0][4] for p in drawn["panels"]] == [10, 6, 1]  # source, pageviews, rejected

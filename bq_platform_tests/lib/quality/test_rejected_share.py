@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from bq_platform.lib.quality import rejected_share as quality
 from bq_platform.lib.core.accounting import SiteHourCounts
 from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.quality import rejected_share as quality
 
 HOUR = dt.datetime(1995, 8, 1, 6, tzinfo=dt.UTC)
 

@@ -1,7 +1,7 @@
 """LocalObjectStore: a folder on disk that lists like a bucket (folders exist only while they
 hold objects, as on GCS)."""
 
-import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -35,40 +35,40 @@ def test_delete_prefix_refuses_the_whole_store(tmp_path) -> None:
     assert store.read_bytes("a/b") == b"x"
 
 
-def test_a_write_survives_its_empty_folder_being_removed_in_between(tmp_path, monkeypatch):
-    store = LocalObjectStore(tmp_path)
-    real_mkstemp = tempfile.mkstemp
-    removed = []
+class RacedStore(LocalObjectStore):
+    """A store whose object folder a concurrent ``delete_prefix`` removes, still empty, just
+    before each of the first ``races`` temporary files of a write is created."""
 
-    def mkstemp_after_a_cleanup(**kwargs):
-        if len(removed) < 2:  # a concurrent delete_prefix empties and removes the folder
-            kwargs["dir"].rmdir()
-            removed.append(kwargs["dir"])
-        return real_mkstemp(**kwargs)
+    def __init__(self, root: Path, races: int) -> None:
+        super().__init__(root)
+        self.races = races
+        self.removed: list[Path] = []
 
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_after_a_cleanup)
+    def _temporary_file(self, path: Path) -> tuple[int, str]:
+        if len(self.removed) < self.races:
+            path.parent.rmdir()
+            self.removed.append(path.parent)
+        return super()._temporary_file(path)
+
+
+def test_a_write_survives_its_empty_folder_being_removed_in_between(tmp_path) -> None:
+    store = RacedStore(tmp_path, races=2)
     store.write_bytes("staging/x/y.json", b"{}")
-    assert len(removed) == 2
+    assert len(store.removed) == 2
     assert store.read_bytes("staging/x/y.json") == b"{}"
 
 
-def test_a_folder_that_keeps_disappearing_fails_the_write(tmp_path, monkeypatch) -> None:
-    store = LocalObjectStore(tmp_path)
-    real_mkstemp = tempfile.mkstemp
-
-    def mkstemp_after_a_cleanup(**kwargs):
-        kwargs["dir"].rmdir()
-        return real_mkstemp(**kwargs)
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_after_a_cleanup)
+def test_a_folder_that_keeps_disappearing_fails_the_write(tmp_path) -> None:
+    store = RacedStore(tmp_path, races=1_000)
     with pytest.raises(FileNotFoundError):
         store.write_bytes("staging/x/y.json", b"{}")
+    assert len(store.removed) == 3  # every try of the write
 
 
 @pytest.mark.parametrize("key", ["a/b.json", "a//b.json", "a/./b.json", "./a/b.json", "a/b/"])
 def test_names_are_what_pathlib_gives_without_pathlib(tmp_path, key) -> None:
-    # The store names its files with plain strings (issue 9: pathlib's parsing was a third of a
-    # build's landing scan); each spelling must name the file pathlib named before.
+    # The store names its files with plain strings (pathlib is slow for many keys); each
+    # spelling must name the file pathlib named before.
     store = LocalObjectStore(tmp_path / "lake")
     assert store.uri(key) == str(store.root / key)
     for bad in ("/etc/passwd", "a/../../b", ".."):

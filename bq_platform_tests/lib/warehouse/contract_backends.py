@@ -28,7 +28,9 @@ from bq_platform.lib.core.job_ids import job_id, job_labels, sha256_json
 from bq_platform.lib.publish.idempotent_jobs import JobOutcome, run_idempotent_job
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, Warehouse
 from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
-from bq_platform.lib.warehouse.duckdb.warehouse import JOBS_TABLE, TABLES_TABLE, DuckDBWarehouse
+from bq_platform.lib.warehouse.duckdb.history import JOBS_TABLE
+from bq_platform.lib.warehouse.duckdb.layout import TABLES_TABLE
+from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS, TableSpec, pageviews_spec, stage_spec
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from bq_platform.lib.publish.job_decisions import stale_reason
 from bq_platform.lib.core.job_ids import sha256_json
 from bq_platform.lib.publish.idempotent_jobs import run_idempotent_job
+from bq_platform.lib.publish.job_decisions import stale_reason
 from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import (
     JobConflictError,

@@ -1,34 +1,21 @@
 """Landing: split access logs by UTC hour into the landing zone, each file with a manifest.
 
-This is what a producer (a log shipper) does in production; ``bq-platform land`` does it for
-local files. For each input file (plain or gzip, Common or Combined Log Format):
+What a producer (a log shipper) does in production; ``bq-platform land`` does it for local
+files. For each input file (plain or gzip):
 
-1. lines are split on ``\\n`` exactly (a ``\\r`` or other control byte inside a URL stays in
-   its line); a final line without ``\\n`` (a truncated write) is a line too;
+1. lines are split on ``\\n`` exactly; a final line without ``\\n`` is a line too;
 2. each line goes to the UTC hour of its timestamp; a line whose timestamp cannot be read, or
-   whose hour is outside the partitions (before the first hour, or later than now plus
-   :data:`~bq_platform.lib.core.partition_window.MAX_FUTURE_SKEW`), goes with its neighbours (the
-   hour of the line before it, or the first placeable hour of the file), so that the pipeline
-   rejects or counts it ``out_of_window`` with its own reason; landing never drops a line and
-   never creates an hour that is not a partition (issue 7);
-3. each hour's lines are written as one gzip object named by its SHA-256 (deterministic gzip),
-   then its :class:`~bq_platform.lib.core.manifest.LandedManifest` is written *last*, with the
-   object's SHA-256 and its CRC32C (the checksum GCS lists with every object, so a build on
-   GCS checks the file without downloading it: :mod:`bq_platform.lib.landing.deliveries`);
-4. what was landed of the source (site + name) is recorded in the landing registry
-   (:mod:`bq_platform.lib.landing.producer.registry`), after the data: when the same source arrives
-   again starting with the same bytes (a growing log), only the lines after them land. A
-   last line landed without its ``\\n`` that has grown since is taken out of the object that
-   held it (the object is rewritten in place) and lands whole with the new lines, so every
-   line counts once;
+   whose hour is outside :mod:`~bq_platform.lib.core.partition_window`, goes with its
+   neighbours, so landing never drops a line and never creates an hour that is no partition;
+3. each hour's lines are written as one deterministic gzip object named by its SHA-256, then
+   its :class:`~bq_platform.lib.core.manifest.LandedManifest` *last*, with SHA-256 and CRC32C;
+4. what was landed of the source is recorded in :mod:`~bq_platform.lib.landing.producer.registry`
+   after the data: when the source grows, only the new lines land. A last line landed without
+   its ``\\n`` that has grown is taken out of its object (rewritten in place) and lands whole;
 5. every object already landed for the source, or about to be written, is checked against its
-   manifest (size, and CRC32C from the store's metadata where it keeps one, else SHA-256 of a
-   download); a missing or corrupt one is rebuilt from the source (issue 7:
-   "re-land the file" must repair it).
+   manifest; a missing or corrupt one is rebuilt from the source ("re-land the file" repairs).
 
-The splitting itself is :mod:`bq_platform.lib.landing.producer.split` (no Python step per line);
-:func:`assign_hours` is its per-line reference. Memory: about three times one input file's
-uncompressed bytes (hourly or daily log files, tens of MB).
+Memory: about three times one input file's uncompressed bytes.
 """
 
 import dataclasses
@@ -41,22 +28,21 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from bq_platform.lib.landing.producer import split as landing_split
-from bq_platform.lib.landing.producer.registry import Delivery, SourceState, read_state, write_state
-from bq_platform.lib.landing.producer.split import gzip_deterministic
 from bq_platform.lib.core.layout import (
     hour_label,
     landed_data_key,
     landed_manifest_key,
     validate_site,
 )
-from bq_platform.lib.core.manifest import LandedManifest, ManifestError
-from bq_platform.lib.storage.base import ObjectNotFoundError, ObjectStore, crc32c
+from bq_platform.lib.core.manifest import LandedManifest, LandingError, ManifestError
 from bq_platform.lib.core.partition_window import HourWindow
+from bq_platform.lib.landing.producer import split as landing_split
+from bq_platform.lib.landing.producer.registry import Delivery, SourceState, read_state, write_state
+from bq_platform.lib.landing.producer.split import gzip_deterministic
+from bq_platform.lib.storage.base import ObjectNotFoundError, ObjectStore, crc32c
 
 __all__ = [
     "LandedFile",
-    "LandingError",
     "assign_hours",
     "gzip_deterministic",
     "land_file",
@@ -66,12 +52,6 @@ __all__ = [
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-class LandingError(ValueError):
-    """Input cannot be landed, or a landed file or manifest is missing, corrupt or disagrees
-    with the other (raised by the build too). The message names every file or object URI
-    concerned, what disagreed, and what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,13 +110,9 @@ def assign_hours(
     """UTC hour of every line, with unplaceable lines next to their neighbours (reference).
 
     Args:
-        lines: raw lines.
         default_hour: hour for the lines when *no* line has a placeable timestamp.
         where: file name for error messages.
         window: hours a line may have; a timestamp outside is treated as unreadable.
-
-    Returns:
-        One UTC hour (tz-aware, on the hour) per line, same length as ``lines``.
 
     Raises:
         LandingError: if no line has a placeable timestamp and ``default_hour`` is None.
@@ -156,13 +132,8 @@ def assign_hours(
 
 
 def _object_ok(store: ObjectStore, key: str, want: LandedManifest | None = None) -> bool:
-    """True if ``key`` and its manifest exist, agree and match ``want``.
-
-    Agree: the object's size, and its CRC32C when the store keeps one and the manifest has it
-    (GCS: one metadata request, no download; cloud.google.com/storage/docs/data-validation),
-    else the SHA-256 of its download. Every ``land`` of a growing source checks the objects
-    its earlier deliveries landed, so on GCS a download each was a growing cost.
-    """
+    """True if ``key`` and its manifest exist, agree (size, and CRC32C where both have one,
+    else the SHA-256 of a download) and match ``want``."""
     try:
         manifest = LandedManifest.from_json(store.read_bytes(landed_manifest_key(key)))
         stored = store.stat(key)
@@ -185,12 +156,8 @@ def _land_range(
     delivery: Delivery,
     where: str,
 ) -> tuple[Delivery, list[LandedFile]]:
-    """Split ``data[start:end]`` by hour and make sure each hour's object is landed intact.
-
-    ``delivery.objects`` names the keys of hours landed before (a repair or a re-split keeps
-    them); a new hour gets the content-named key. A recorded hour without lines any more gets
-    an empty object (nothing can be deleted safely, an empty file counts 0 lines).
-    """
+    """Split ``data[start:end]`` by hour and make sure each hour's object is landed intact
+    (under its earlier key, if any; a recorded hour without lines gets an empty object)."""
     start, end = delivery.start, delivery.end
     chunk = data if (start, end) == (0, len(data)) else data[start:end]
     runs = landing_split.place_runs(
@@ -246,25 +213,18 @@ def land_file(
     """Land what is new of one log file: one gzip object plus manifest per UTC hour it touches.
 
     Args:
-        store: the landing zone's object store.
         site: publisher key (folder ``site=<site>``).
         path: the input file, plain or gzip.
-        source: the source's name in the registry (default: the file's basename). The same
-            name and site with the same first bytes is the same, possibly grown, source.
+        source: the source's name in the registry (default: the file's basename).
         default_hour: see :func:`assign_hours`.
-        first_hour: the first hourly partition (``BQ_PLATFORM_FIRST_HOUR``); earlier lines go
-            with their neighbours. None: no lower bound.
-        now: the clock for the future bound (default: now); later than its hour plus
-            :data:`~bq_platform.lib.core.partition_window.MAX_FUTURE_SKEW` goes with neighbours.
-        log: progress logger.
+        first_hour: the first hourly partition; None: no lower bound.
+        now: the clock for the future bound (default: now).
 
     Returns:
-        The objects of the new lines, in hour order, then any object repaired; empty when
-        nothing was new and nothing needed a repair.
+        The objects of the new lines, in hour order, then any object repaired.
 
     Raises:
-        LandingError: unreadable input, no placeable line, or a registry entry that cannot be
-            read.
+        LandingError: unreadable input, no placeable line, or an unreadable registry entry.
     """
     log = log or logging.getLogger(__name__)
     validate_site(site)

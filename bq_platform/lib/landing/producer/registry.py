@@ -1,32 +1,14 @@
 """The landing registry: what was landed of each source file, so a growing log counts once.
 
-A log shipper remembers how far it has read each file. Filebeat keeps a registry
-(``registry.path``, ``filebeat/data.json``) with one state per file: its ``source`` path, the
-``offset`` read so far and the file's identity (device and inode by default; since 8.x also
-``file_identity.fingerprint``, a hash of the file's first bytes, elastic/beats PR 35734).
-Fluent Bit's tail input keeps the same in an SQLite database (``db``, table ``in_tail_files``:
-name, offset, inode, rotated), matched by inode and optionally the name
-(``db.compare_filename``). Both resume at the offset and start over when the file was rotated
-or truncated.
+Like Filebeat's registry (``file_identity.fingerprint``, elastic/beats#35734), it resumes at
+the offset read so far and starts over when the file was rotated or truncated. A source is its
+site and name (basename or ``--source``); its identity is the content landed so far: ``bytes``
+landed (uncompressed), their ``sha256``, their ``lines``, and ``partial``, the length of a last
+line without ``\\n``. When the source arrives again starting with those bytes, only what follows
+is new. Each landing is a :class:`Delivery`, so a lost object can be rebuilt byte for byte.
 
-Here the input is a file handed to ``bq-platform land`` (a cron copy of ``access.log``, say),
-often on another machine, so inodes mean nothing. A source is identified by its site and its
-name (the file's basename or ``--source``), and its identity is the content landed so far:
-
-- ``bytes``: how many uncompressed bytes of the source were landed;
-- ``sha256``: SHA-256 of those bytes (a full prefix fingerprint, not only the first KB);
-- ``lines``: the lines they held; ``partial``: the length of the last one if it had no ``\\n``.
-
-When the same source arrives again and its first ``bytes`` bytes have that SHA-256, only what
-follows is new. Otherwise (rotated, truncated, another file under the same name) it is new
-content from byte 0. Each landing is recorded as a :class:`Delivery` (its byte range, the hour
-window and default hour it was split with, and the landed object of each hour), so a landed
-object that went missing or corrupt can be rebuilt from the source byte for byte.
-
-The entry is stored in the object store next to the landing zone
-(:func:`bq_platform.lib.core.layout.landing_registry_key`) and written *after* the data and
-manifests: a crash in between leaves the old entry, the next landing re-lands the same bytes
-into the same objects, and nothing counts twice.
+The entry is written *after* the data and manifests: after a crash the next landing re-lands
+the same bytes into the same objects, and nothing counts twice.
 """
 
 import dataclasses
@@ -36,8 +18,8 @@ import json
 from typing import Any
 
 from bq_platform.lib.core.layout import hour_label, landing_registry_key, parse_hour_label
-from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.core.partition_window import HourWindow
+from bq_platform.lib.storage.base import ObjectStore
 
 REGISTRY_FORMAT = "bq_platform.landing_registry/1"
 
@@ -55,8 +37,7 @@ class Delivery:
         window: the hour window lines were placed with.
         default_hour: the hour for a range without any placeable timestamp, if one was given.
         objects: UTC hour -> data key of the landed object holding that hour's lines.
-        carry_hour: the hour of the line before ``start`` (the previous delivery's last), which
-            leading lines without a placeable timestamp take, as in a whole-file landing.
+        carry_hour: the hour of the line before ``start``, which leading unplaceable lines take.
         last_hour: the hour its last line was placed in.
     """
 
@@ -130,11 +111,7 @@ class SourceState:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str) -> "SourceState":
-        """Parse an entry.
-
-        Raises:
-            RegistryError: naming ``where`` if it is not a valid entry.
-        """
+        """Parse an entry; :class:`RegistryError` naming ``where`` if it is not one."""
         try:
             data = json.loads(text)
             if data.get("format") != REGISTRY_FORMAT:
@@ -156,11 +133,8 @@ class SourceState:
 
 
 def read_state(store: ObjectStore, site: str, source: str) -> SourceState | None:
-    """The registry entry of ``source`` of ``site``, or None if it was never landed.
-
-    Raises:
-        RegistryError: if the entry exists but cannot be read.
-    """
+    """The registry entry of ``source`` of ``site``, or None if it was never landed;
+    :class:`RegistryError` if it cannot be read."""
     key = landing_registry_key(site, source)
     if not store.exists(key):
         return None

@@ -1,29 +1,9 @@
-"""Split a log buffer by UTC hour fast, and gzip it deterministically (the lander's hot path).
+"""Split a log buffer by UTC hour, and gzip it deterministically (the lander's hot path).
 
-:func:`hour_runs` reads each line's hour exactly as :func:`line_hour` (the reference, per line:
-:func:`bq_platform.lib.core.logformat.parse_clf_timestamp`) does, without a Python step per line
-(issue 9: the per-line loop landed 38k lines/s; the target is 150k). Logs are in time order,
-so it parses a line only where the hour may change:
-
-- the line at the current position is read with one regex: its local hour text
-  (``dd/Mon/yyyy:HH``), minute and zone, when it starts the way
-  :data:`~bq_platform.lib.core.logformat.LINE_PREFIX_PATTERN` reads (optional ``vhost_combined``
-  ``host:port``, three fields, the bracketed timestamp) with a well-formed timestamp;
-- then one compiled ``search`` finds the next line that does *not* start with that same local
-  hour and zone (``\\n`` followed by a negative lookahead, so the regex engine skips to each
-  ``\\n`` in C); every line in between has the same UTC hour. A zone with minutes
-  (``+0530``) makes the runs per local minute instead;
-- any other line (no timestamp, another field, an odd zone) is read by the reference alone.
-
-The prefix group is atomic (``(?>...)``): it commits to the first prefix match in the
-reference's own backtracking order (with the vhost first), so a line counted in a run has the
-field the reference would read; a line the fast path does not decide falls to the reference.
-:func:`place_runs` then puts unreadable or out-of-window lines with their neighbours, and
-:func:`bodies_by_hour` joins each hour's byte ranges: no bytes object per line is made.
-
-:func:`gzip_deterministic` writes a gzip member with mtime 0, no file name and a fixed level,
-so equal input gives equal bytes (landed objects are named by their SHA-256). Level 1: on the
-bundled logs it compresses ~3x faster than level 6 for ~25% more bytes.
+:func:`hour_runs` gives each line the hour :func:`line_hour` (the per-line reference) gives it,
+without a Python step per line: logs are in time order, so one regex reads a line's local hour
+and zone, then one ``search`` finds the next line that does *not* start with them (per local
+minute for zones like ``+0530``); any other line is read by the reference alone.
 """
 
 import datetime as dt
@@ -134,12 +114,8 @@ def place_runs(
     carry: dt.datetime | None = None,
 ) -> list[tuple[dt.datetime, int, int, int]] | None:
     """Every run with a placeable hour: its own if readable and inside ``window``, else the
-    hour of the run before it; leading runs take ``carry`` (the hour of the line before the
-    buffer, when it continues an earlier landing), else the first placeable hour.
-
-    Returns:
-        The runs in order, or None when no line is placeable and there is no ``default_hour``.
-    """
+    hour of the run before it; leading runs take ``carry``, else the first placeable hour.
+    None when no line is placeable and there is no ``default_hour``."""
     own = [
         (h if h is not None and (window is None or window.contains(h)) else None, a, b, n)
         for h, a, b, n in runs
@@ -176,10 +152,8 @@ def bodies_by_hour(
 def gzip_deterministic(data: bytes, comment: str = "") -> bytes:
     """One gzip member of ``data``: mtime 0, no name, level :data:`GZIP_LEVEL` (RFC 1952).
 
-    Args:
-        data: uncompressed bytes.
-        comment: optional ASCII ``FCOMMENT`` (gzip readers skip it); the lander uses it to keep
-            two deliveries of equal lines from different offsets of a source apart.
+    ``comment``: optional ASCII ``FCOMMENT`` (readers skip it); keeps two deliveries of equal
+    lines from different offsets of a source apart.
     """
     flags = 0x10 if comment else 0  # FCOMMENT
     header = struct.pack("<BBBBIBB", 0x1F, 0x8B, 8, flags, 0, 4, 255)  # xfl 4: fastest

@@ -1,22 +1,12 @@
-"""What one :class:`~bq_platform.lib.warehouse.bigquery.warehouse.BigQueryWarehouse` object knows about
-its tables, so that a run sends one table-metadata request per table (issue 9).
+"""What one BigQuery warehouse object (one Dagster run) knows of its tables, so that a run
+sends one metadata request per table.
 
-The cache lives as long as the warehouse object, i.e. one Dagster run. It is filled by the
-table resources BigQuery answers anyway (``tables.get`` in ``ensure_table``, ``tables.insert``
-when a table is created, ``tables.patch``) and by the jobs this object runs:
-
-- a ``WRITE_TRUNCATE`` job that wrote a whole table sets the table's rows to the job's output
-  rows (``statistics.load.outputRows``/``statistics.copy.copiedRows``);
-- a ``WRITE_TRUNCATE`` job into ``table$YYYYMMDD`` sets that partition's rows; the table's
-  total becomes unknown (fetched when asked);
-- a one-row ``INSERT`` into the (unpartitioned) ledger adds one row;
-- any other write this object makes (DML, ``WRITE_APPEND``, a job without output rows, a job
-  of another run that it adopted) makes the table's rows unknown.
-
-Anything unknown is fetched by the caller and then remembered. A change made by another
-process during the run (a table dropped or expired mid-run) is seen by the next run's object;
-the state machine's ``stale_reason`` runs with a fresh object per run, so an expired or
-dropped stage table is still detected.
+Filled by the table resources BigQuery answers anyway (``tables.get``/``insert``/``patch``) and
+by this object's jobs: a ``WRITE_TRUNCATE`` job sets the rows of its table, or of its
+``$YYYYMMDD`` partition (the table's total is then unknown), to the job's output rows; an
+``INSERT`` into the unpartitioned ledger adds its rows; any other write, or another run's job
+that ended after the table was read, makes the rows unknown. A table another process drops
+during the run is seen by the next run.
 """
 
 import dataclasses
@@ -29,18 +19,9 @@ from bq_platform.lib.warehouse.base import TableInfo
 
 @dataclasses.dataclass
 class CachedTable:
-    """What is known of one table.
-
-    Attributes:
-        created: UTC creation time of the table.
-        rows: rows in the whole table; None when unknown.
-        resource: the table resource (a ``google.cloud.bigquery.Table``) as last answered by a
-            whole-table request, for ``ensure_table``'s comparison; None if only a partition
-            was read.
-        known_since: local UTC time the entry was last read or written: a job of another run
-            that ended after it may have changed the table.
-        partitions: UTC day -> rows of that day partition.
-    """
+    """One table: UTC ``created``; ``rows`` (None: unknown); the ``resource`` of the last
+    whole-table request (None if only a partition was read); ``known_since``, the UTC time it
+    was last read or written; ``partitions``: UTC day -> rows."""
 
     created: dt.datetime
     rows: int | None
@@ -106,11 +87,8 @@ class TableCache:
             entry.partitions.pop(day, None)
 
     def changed(self, name: str, since: dt.datetime | None = None) -> None:
-        """The table's rows changed (DML, or a job of another run): forget its counts.
-
-        Args:
-            since: when the change happened (a job's end, UTC); counts read after it are kept.
-        """
+        """The table's rows changed (DML, or another run's job that ended at UTC ``since``):
+        forget its counts, unless they were read after ``since``."""
         entry = self._tables.get(name)
         if entry is None or (since is not None and since < entry.known_since):
             return

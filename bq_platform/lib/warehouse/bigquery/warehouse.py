@@ -1,74 +1,48 @@
-"""BigQuery warehouse: the production backend of :class:`Warehouse`.
+"""BigQuery warehouse: the production backend of :class:`Warehouse`, through the official client.
 
-The rules, the schema comparison, the ensure cache and the publish ledger are the base
-class's (:mod:`bq_platform.lib.warehouse.base`); this module supplies BigQuery's side of them
-through the official client:
+- Tables: the dataset is listed once per object (one Dagster run); then a table costs one
+  ``tables.get`` or ``tables.insert``, plus a ``tables.patch`` for an additive change. A table
+  listed as missing stays missing for the run unless this object creates it.
+- Counts come from what the object knows (:mod:`.cache`), else from ``tables.get`` of the table
+  or of ``table$YYYYMMDD`` (that partition's ``numRows``): never a query.
+- Jobs are inserted under the caller's deterministic ID with ``CREATE_NEVER``; job IDs are
+  unique per project, hence ``job_id_prefix``. The job budget counts ``jobs.list`` of the UTC
+  day, which needs ``bigquery.jobs.list`` (``roles/bigquery.user``, not
+  ``roles/bigquery.jobUser``; cloud.google.com/bigquery/docs/access-control).
+- The ledger is appended by ``INSERT``, which never conflicts
+  (cloud.google.com/bigquery/docs/data-manipulation-language), and read whole once per object:
+  another process's record is seen by the next run (the warehouse pool and the run lock
+  serialize publishes). Audit rows are replaced by one atomic ``MERGE ... ON FALSE``. Rows are
+  read with ``tabledata.list``, which is free (cloud.google.com/bigquery/pricing, "Free
+  operations"); a query bills at least 10 MB per table.
 
-Tables
-    The dataset's tables are listed once per warehouse object (``tables.list``, a dataset
-    request); then a table costs one metadata request per run (issue 9): ``tables.insert``
-    when it is new, ``tables.get`` when it exists (plus one ``tables.patch`` if the spec
-    appends NULLABLE columns or changes clustering, labels or ``require_partition_filter``).
-    Their answers (schema, rows, creation time) are kept per object (:mod:`.bigquery_cache`);
-    a table it never ensures is read once, when first asked. BigQuery allows about 5 metadata
-    updates per 10 s per table (cloud.google.com/bigquery/quotas#standard_tables). Counted per
-    table in :attr:`BigQueryWarehouse.metadata_requests` (target: 1 per run).
-
-Counts
-    :meth:`BigQueryWarehouse.table_info` answers ``rows`` and ``created`` from the cache: the
-    ``numRows``/``creationTime`` of the table's one metadata request, updated by the jobs this
-    object runs (a ``WRITE_TRUNCATE`` job's output rows). What is unknown is read with
-    ``tables.get``, for a whole table or one partition (``table$YYYYMMDD``: BigQuery's
-    ``tables.get`` takes the partition decorator and returns that partition's ``numRows``;
-    ``bq show 'dataset.table$YYYYMMDD'``). A partition's count is a separate request per
-    partition, counted in :attr:`BigQueryWarehouse.partition_reads`, not in
-    ``metadata_requests``. No query, 0 bytes billed, and no limit on the number of tables
-    (``INFORMATION_SCHEMA.PARTITIONS`` reads at most 1,000 tables per query and bills at
-    least 10 MB). A table listed as missing when this object listed the dataset is missing
-    for this run unless this object creates it.
-
-Jobs
-    Loads (Parquet from ``gs://`` URIs, explicit schema, ``CREATE_NEVER``) and copies (stage
-    tables -> ``pageviews$YYYYMMDD``, ``CREATE_NEVER``) are inserted with the caller's
-    deterministic job ID; a 409 raises :class:`JobConflictError` and the state machine adopts
-    the job. Job IDs are unique per *project*: ``job_id_prefix`` keeps environments that share
-    a project apart, and :meth:`~BigQueryWarehouse.get_job` refuses a job that writes another
-    dataset.
-
-Job budget (:meth:`~BigQueryWarehouse.jobs_submitted`)
-    ``jobs.list`` over the UTC day, counting jobs whose destination is the table, failed ones
-    included (they count toward the per-table quota). Listing needs ``bigquery.jobs.list``,
-    which ``roles/bigquery.user`` has and ``roles/bigquery.jobUser`` does not
-    (cloud.google.com/bigquery/docs/access-control); docs/production.md lists the roles.
-
-Ledger and audit
-    The publish ledger is append-only (one ``INSERT`` per record: INSERT statements never
-    conflict) and read with ``tabledata.list`` (free), once per warehouse object; the audit
-    rows are read with ``tabledata.list`` of their day partitions (:mod:`.bigquery_sql`). The
-    audit rows of some hours are replaced by one ``MERGE ... ON FALSE``
-    statement (atomic); concurrent MERGEs on one table fail with "Could not serialize access
-    ...", which :func:`bq_platform.lib.gcp_retries.is_retryable_job_error` retries, bounded.
-
-SQL takes every value as a query parameter; identifiers come from configuration and are
-validated before they are put in backquotes.
+Every SQL value is a query parameter; identifiers come from validated configuration.
 """
 
 import collections
 import datetime as dt
 import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry_module
 from google.cloud import bigquery
 
-from bq_platform.lib.gcp_retries import api_retry, query_job_retry
-from bq_platform.lib.warehouse import rules, schema
+from bq_platform.lib.warehouse import ledger, rules, schema
 from bq_platform.lib.warehouse.base import (
+    CopyJob,
+    Job,
+    JobConflictError,
+    JobStatus,
+    LoadJob,
     TableExistsError,
     TableInfo,
     Warehouse,
     WarehouseError,
 )
+from bq_platform.lib.warehouse.bigquery import retries
 from bq_platform.lib.warehouse.bigquery.cache import TableCache
 from bq_platform.lib.warehouse.bigquery.client import (
     DATASET_RE,
@@ -77,21 +51,33 @@ from bq_platform.lib.warehouse.bigquery.client import (
     PROJECT_RE,
     check_identifier,
 )
-from bq_platform.lib.warehouse.bigquery.jobs import BigQueryJobs, schema_fields
-from bq_platform.lib.warehouse.bigquery.sql import BigQuerySql
 from bq_platform.lib.warehouse.compare import SpecDifference
-from bq_platform.lib.warehouse.ledger import LedgerIndex
-from bq_platform.lib.warehouse.schema import Column, TableSpec
+from bq_platform.lib.warehouse.schema import AUDIT_TABLE, Column, TableSpec, audit_spec
 
 log = logging.getLogger(__name__)
 
+#: How far back an incremental ``jobs.list`` re-reads, to cover clock skew and late listing.
+JOB_LIST_OVERLAP = dt.timedelta(minutes=10)
+#: ``jobs.list`` page size (BigQuery returns at most 1,000 jobs per page).
+JOB_LIST_PAGE_SIZE = 1000
+#: Rows per ``tabledata.list`` page (BigQuery also cuts a page at about 10 MB;
+#: cloud.google.com/bigquery/docs/paging-results).
+LIST_PAGE_SIZE = 10_000
+
+
+def schema_fields(columns: Iterable[Column]) -> list[bigquery.SchemaField]:
+    """BigQuery schema fields for spec columns (explicit schema, never autodetect)."""
+    fields = []
+    for c in columns:
+        # An explicit description=None would be sent as JSON null ("clear the description").
+        extra = {"description": c.description} if c.description else {}
+        fields.append(bigquery.SchemaField(c.name, c.type, mode=c.mode, **extra))
+    return fields
+
 
 def spec_of(table: bigquery.Table) -> TableSpec:
-    """Read a BigQuery table resource back as a :class:`TableSpec` (what :func:`compare` needs).
-
-    Raises:
-        WarehouseError: if the table is range- or non-DAY-partitioned (never created by us).
-    """
+    """A table resource as a :class:`TableSpec`; WarehouseError if it is range- or
+    non-DAY-partitioned (never created by us)."""
     partitioning = table.time_partitioning
     field = None
     if table.range_partitioning is not None or (
@@ -122,32 +108,53 @@ def spec_of(table: bigquery.Table) -> TableSpec:
     )
 
 
-class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
-    """Tables and jobs in one BigQuery dataset.
+def copied_rows(job: bigquery.CopyJob) -> int | None:
+    """``statistics.copy.copiedRows`` of a copy job (REST ``JobStatistics5``); None if absent.
+
+    google-cloud-bigquery has no property for it (the Java client added one,
+    googleapis/java-bigquery#3206) and ``CopyJob.to_api_repr()`` leaves the statistics out, so
+    it is read from the job's resource as the client keeps it.
+    """
+    statistics = job._properties.get("statistics", {})  # noqa: SLF001 - no public accessor
+    copied = statistics.get("copy", {}).get("copiedRows")
+    return int(copied) if copied is not None else None
+
+
+def _row_struct(columns: Sequence[Column], row: Mapping[str, Any]) -> bigquery.StructQueryParameter:
+    """One row as an unnamed ``STRUCT`` query parameter, for ``UNNEST(@rows)``."""
+    return bigquery.StructQueryParameter(
+        None,
+        *[
+            bigquery.ScalarQueryParameter(c.name, schema.normalize_type(c.type), row[c.name])
+            for c in columns
+        ],
+    )
+
+
+class BigQueryWarehouse(Warehouse):
+    """Tables and jobs in one BigQuery dataset, created in ``location`` if missing.
 
     Args:
-        client: a ``google.cloud.bigquery.Client`` (see
-            :func:`bq_platform.lib.warehouse.bigquery.client.bigquery_client`).
-        project: project that holds the dataset and runs the jobs.
-        dataset: dataset name; created in ``location`` if missing.
-        location: dataset and job location (``US``, ``EU``, ``europe-west1``...).
-        retry: retry for every API call; default :func:`bq_platform.lib.gcp_retries.api_retry`.
-        job_retry: resubmission policy for our idempotent query jobs.
+        client: see :func:`.client.bigquery_client`.
+        retry: of every API call; default :func:`.retries.api_retry`.
+        job_retry: resubmits our query jobs; default :func:`.retries.query_job_retry`. It
+            also bounds the re-runs of a DML statement that lost a concurrent update.
         request_timeout_s: HTTP timeout of each request, seconds.
-        poll_initial_s / poll_max_s: first and largest interval between ``jobs.get`` polls in
-            :meth:`wait_job`, seconds (the interval grows by 1.5x per poll).
-        count_all_users: count every principal's jobs in :meth:`jobs_submitted` (needs
-            ``bigquery.jobs.listAll``); default only this principal's.
-        job_id_prefix: prepended to every job ID sent to BigQuery (and removed from the IDs
-            returned), so environments sharing a project never share job IDs.
+        poll_initial_s, poll_max_s: first and largest wait between ``jobs.get`` polls,
+            seconds (x1.5 per poll).
+        count_all_users: :meth:`jobs_submitted` counts every principal's jobs (needs
+            ``bigquery.jobs.listAll``); default this principal's.
+        job_id_prefix: prepended to every job ID sent, removed from those returned.
+
+    Raises:
+        ValueError: if ``project``, ``dataset``, ``location`` or ``job_id_prefix`` is not a
+            valid BigQuery identifier.
 
     Attributes:
-        metadata_requests: whole-table ``tables.get``/``insert``/``patch`` requests per
-            table (ensure, counts, existence): 1 per table per run, plus a patch when needed.
-        partition_reads: ``tables.get`` requests of ``table$YYYYMMDD`` per table (one per
-            partition count the cache does not know).
-        rows_listed: ``tabledata.list`` reads (ledger, audit partitions) per table; free.
-        dataset_requests: dataset-level requests (``datasets.get``/``insert``, ``tables.list``).
+        metadata_requests, partition_reads, rows_listed: requests per table: whole-table
+            ``tables.get``/``insert``/``patch``; ``tables.get`` of ``$YYYYMMDD``;
+            ``tabledata.list``.
+        dataset_requests: ``datasets.get``/``insert`` and ``tables.list`` requests.
     """
 
     def __init__(
@@ -170,8 +177,9 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
         self.project = check_identifier(project, PROJECT_RE, "project ID")
         self.dataset = check_identifier(dataset, DATASET_RE, "dataset name")
         self.location = check_identifier(location, LOCATION_RE, "location")
-        self.retry = retry if retry is not None else api_retry()
-        self.job_retry = job_retry if job_retry is not None else query_job_retry()
+        self.retry = retry if retry is not None else retries.api_retry()
+        self.job_retry = job_retry if job_retry is not None else retries.query_job_retry()
+        self.conflict_retry = self.job_retry.with_predicate(retries.is_concurrent_update_conflict)
         self.request_timeout_s = request_timeout_s
         self.poll_initial_s = poll_initial_s
         self.poll_max_s = poll_max_s
@@ -183,23 +191,34 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
         self.dataset_requests = 0
         self._dataset_ready = False
         self._existing_tables: set[str] | None = None
+        #: UTC day -> BigQuery job ID -> (project, dataset, table) of the jobs listed or sent.
         self._job_index: dict[dt.date, dict[str, tuple[str, str, str]]] = {}
         self._listed_until: dict[dt.date, dt.datetime] = {}
         self._cache = TableCache()
+        #: caller's job ID -> (destination, write disposition) of jobs this object inserted
+        #: and has not yet seen DONE.
         self._our_jobs: dict[str, tuple[str, str]] = {}
-        self._ledger_index: LedgerIndex | None = None
+        self._ledger_index: ledger.LedgerIndex | None = None
 
     # -- names -------------------------------------------------------------------------------
 
     def table_id(self, table: str) -> str:
-        """Fully qualified ``project.dataset.table[$YYYYMMDD]`` for API calls.
-
-        Raises:
-            RuleViolation: if ``table`` is not a valid name with an optional day decorator.
-        """
+        """``project.dataset.table[$YYYYMMDD]``; RuleViolation if ``table`` is not valid."""
         name, day = rules.split_destination(table)
         suffix = f"${day:%Y%m%d}" if day is not None else ""
         return f"{self.project}.{self.dataset}.{name}{suffix}"
+
+    def _sql_table(self, table: str) -> str:
+        """Backquoted table reference for SQL; ``table`` is validated, never user data."""
+        rules.check_table_name(table)
+        return f"`{self.project}.{self.dataset}.{table}`"
+
+    def _bq_job_id(self, job_id: str) -> str:
+        return rules.check_job_id(f"{self.job_id_prefix}{job_id}")
+
+    def _caller_job_id(self, bq_job_id: str) -> str:
+        prefix = self.job_id_prefix
+        return bq_job_id[len(prefix) :] if prefix and bq_job_id.startswith(prefix) else bq_job_id
 
     # -- dataset and tables ------------------------------------------------------------------
 
@@ -310,12 +329,8 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
         log.info("patched table %s: %s", self.table_id(spec.name), ", ".join(fields))
 
     def table_info(self, destination: str) -> TableInfo | None:
-        """Rows and creation time of a table or a ``table$YYYYMMDD`` partition.
-
-        From the cache when known (see the module docstring), else one ``tables.get``
-        (remembered). None if the table does not exist; no request for a table the dataset
-        listing did not show.
-        """
+        """From what this object knows, else one ``tables.get`` (remembered); no request for a
+        table the dataset listing did not show."""
         name, day = rules.split_destination(destination)
         if name not in self._existing():
             return None
@@ -343,6 +358,321 @@ class BigQueryWarehouse(BigQueryJobs, BigQuerySql, Warehouse):
         """Drop ``table`` from the ensure cache and from what this object knows of it."""
         super().forget_table(table)
         self._cache.forget(table)
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def _status(self, job: Any) -> JobStatus:
+        error = job.error_result or {}
+        rows: int | None = None
+        if isinstance(job, bigquery.LoadJob):
+            rows = job.output_rows
+        elif isinstance(job, bigquery.CopyJob):
+            rows = copied_rows(job)
+        state = job.state if job.state in ("PENDING", "RUNNING", "DONE") else "PENDING"
+        return JobStatus(
+            job_id=self._caller_job_id(job.job_id),
+            state=state,
+            error_reason=error.get("reason") if error else None,
+            error_message=error.get("message") if error else None,
+            output_rows=rows,
+            labels=dict(job.labels or {}),
+            ended=job.ended,
+        )
+
+    def _job_observed(self, status: JobStatus, destination: str | None) -> None:
+        """After a DONE job: one of ours sets its destination's rows; another run's job that
+        ended after the destination was read makes its counts unknown."""
+        if not status.done:
+            return
+        ours = self._our_jobs.pop(status.job_id, None)
+        if ours is not None:
+            if status.succeeded:
+                self._cache.job_wrote(ours[0], ours[1], status.output_rows)
+            return
+        if destination is not None and status.succeeded:
+            self._cache.changed(destination.split("$", 1)[0], status.ended)
+
+    def get_job(self, job_id: str) -> JobStatus | None:
+        """``jobs.get`` by the caller's ID. Raises WarehouseError if the job writes into
+        another project or dataset."""
+        try:
+            job = self.client.get_job(
+                self._bq_job_id(job_id),
+                project=self.project,
+                location=self.location,
+                retry=self.retry,
+                timeout=self.request_timeout_s,
+            )
+        except api_exceptions.NotFound:
+            return None
+        destination = getattr(job, "destination", None)
+        if destination is not None and (destination.project, destination.dataset_id) != (
+            self.project,
+            self.dataset,
+        ):
+            raise WarehouseError(
+                f"job {self._bq_job_id(job_id)} exists but writes into "
+                f"{destination.project}.{destination.dataset_id}, not {self.project}."
+                f"{self.dataset}: job IDs are unique per project, so another environment "
+                "computed the same ID. Give each environment its own job ID prefix "
+                "(BQ_PLATFORM_BQ_JOB_PREFIX) and re-run."
+            )
+        status = self._status(job)
+        table_id = getattr(destination, "table_id", None)
+        self._job_observed(status, table_id if isinstance(table_id, str) else None)
+        return status
+
+    def _insert_job(self, job: Job) -> JobStatus:
+        """``jobs.insert``. Raises ValueError for a load source that is not ``gs://``,
+        JobConflictError on 409, WarehouseError with BigQuery's reason if it refuses the job."""
+        destination = self.table_id(job.destination)
+        try:
+            if isinstance(job, LoadJob):
+                submitted = self._insert_load(job, destination)
+            else:
+                submitted = self._insert_copy(job, destination)
+        except api_exceptions.Conflict as exc:
+            raise JobConflictError(
+                f"job {job.job_id} already exists (409); another run submitted it"
+            ) from exc
+        except api_exceptions.GoogleAPIError as exc:
+            reasons = getattr(exc, "errors", None) or [{}]
+            reason = reasons[0].get("reason") if isinstance(reasons[0], dict) else None
+            raise WarehouseError(
+                f"BigQuery refused job {job.job_id} -> {destination}: {reason or 'error'}: {exc}"
+            ) from exc
+        table, _ = rules.split_destination(job.destination)
+        day = (submitted.created or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
+        self._job_index.setdefault(day, {})[submitted.job_id] = (self.project, self.dataset, table)
+        self._our_jobs[job.job_id] = (job.destination, job.write_disposition)
+        status = self._status(submitted)
+        self._job_observed(status, job.destination)
+        return status
+
+    def _insert_load(self, job: LoadJob, destination: str) -> bigquery.LoadJob:
+        for uri in job.source_uris:
+            if not uri.startswith("gs://"):
+                raise ValueError(f"load job {job.job_id}: BigQuery loads gs:// URIs, got {uri!r}")
+        config = bigquery.LoadJobConfig(
+            schema=schema_fields(job.spec.columns),
+            source_format=bigquery.SourceFormat.PARQUET,
+            write_disposition=job.write_disposition,
+            create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
+            labels=dict(job.labels),
+        )
+        return self.client.load_table_from_uri(
+            list(job.source_uris),
+            destination,
+            job_id=self._bq_job_id(job.job_id),
+            project=self.project,
+            location=self.location,
+            job_config=config,
+            retry=self.retry,
+            timeout=self.request_timeout_s,
+        )
+
+    def _insert_copy(self, job: CopyJob, destination: str) -> bigquery.CopyJob:
+        config = bigquery.CopyJobConfig(
+            write_disposition=job.write_disposition,
+            create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
+            labels=dict(job.labels),
+        )
+        return self.client.copy_table(
+            [self.table_id(s) for s in job.sources],
+            destination,
+            job_id=self._bq_job_id(job.job_id),
+            project=self.project,
+            location=self.location,
+            job_config=config,
+            retry=self.retry,
+            timeout=self.request_timeout_s,
+        )
+
+    def wait_job(self, job_id: str, timeout_s: float = 3600.0) -> JobStatus:
+        """Poll ``jobs.get``. After a TimeoutError the job keeps running in BigQuery and a
+        re-run adopts it; WarehouseError if the job does not exist."""
+        deadline = time.monotonic() + timeout_s
+        delay = self.poll_initial_s
+        while True:
+            status = self.get_job(job_id)
+            if status is None:
+                raise WarehouseError(f"job {job_id} not found in {self.project}/{self.location}")
+            if status.done:
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"job {job_id} still {status.state} after {timeout_s:.0f} s; it keeps "
+                    "running in BigQuery and a re-run will adopt it"
+                )
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 1.5, self.poll_max_s)
+
+    def jobs_submitted(self, table: str, day: dt.date) -> int:
+        """``jobs.list`` of the day (failed jobs too); later calls list only what is new, with
+        :data:`JOB_LIST_OVERLAP`."""
+        name = rules.check_table_name(table)
+        start = dt.datetime.combine(day, dt.time(0), tzinfo=dt.UTC)
+        end = start + dt.timedelta(days=1)
+        since = self._listed_until.get(day)
+        since = max(start, since - JOB_LIST_OVERLAP) if since else start
+        listed_at = dt.datetime.now(dt.UTC)
+        index = self._job_index.setdefault(day, {})
+        jobs = self.client.list_jobs(
+            project=self.project,
+            all_users=self.count_all_users,
+            min_creation_time=since,
+            max_creation_time=end,
+            page_size=JOB_LIST_PAGE_SIZE,
+            retry=self.retry,
+            timeout=self.request_timeout_s,
+        )
+        for job in jobs:
+            created = job.created
+            if created is not None and not start <= created < end:
+                continue  # bqemulator ignores the creation-time window; real BigQuery applies it
+            destination = getattr(job, "destination", None)
+            table_id = getattr(destination, "table_id", None)
+            if isinstance(table_id, str):
+                index[job.job_id] = (
+                    destination.project,
+                    destination.dataset_id,
+                    table_id.split("$", 1)[0],
+                )
+        self._listed_until[day] = listed_at
+        wanted = (self.project, self.dataset, name)
+        return sum(1 for destination in index.values() if destination == wanted)
+
+    # -- rows: SQL writes, tabledata.list reads ----------------------------------------------
+
+    def _run_dml(self, sql: str, params: Sequence[Any]) -> None:
+        """Run one DML statement as a query job and wait; :attr:`conflict_retry` runs it again
+        when it lost a concurrent update."""
+        config = bigquery.QueryJobConfig(
+            query_parameters=list(params), use_legacy_sql=False, labels={"app": "bq_platform"}
+        )
+
+        def run() -> None:
+            job = self.client.query(
+                sql,
+                job_config=config,
+                project=self.project,
+                location=self.location,
+                retry=self.retry,
+                timeout=self.request_timeout_s,
+                job_retry=self.job_retry,
+            )
+            job.result(retry=self.retry, timeout=self.request_timeout_s * 10)
+
+        self.conflict_retry(run)()
+
+    def _list_rows(self, destination: str, columns: Sequence[Column]) -> list[dict[str, Any]]:
+        """``tabledata.list`` of a table or ``table$YYYYMMDD`` as dicts of ``columns`` (asked by
+        name); ``[]`` if the table is gone."""
+        name, _ = rules.split_destination(destination)
+        self.rows_listed[name] += 1
+        try:
+            rows = self.client.list_rows(
+                self.table_id(destination),
+                selected_fields=schema_fields(columns),  # given: no tables.get for the schema
+                page_size=LIST_PAGE_SIZE,
+                retry=self.retry,
+                timeout=self.request_timeout_s,
+            )
+            return [dict(row.items()) for row in rows]
+        except api_exceptions.NotFound:
+            return []
+
+    def _ledger(self) -> ledger.LedgerIndex:
+        """The ledger's latest rows, read once per warehouse object."""
+        if self._ledger_index is None:
+            name = ledger.PUBLISH_LEDGER_TABLE
+            exists = name in self._existing()
+            rows = self._list_rows(name, ledger.LEDGER_COLUMNS) if exists else []
+            self._ledger_index = ledger.LedgerIndex(rows)
+        return self._ledger_index
+
+    def _ledger_rows(self, destination: str, partition: str) -> list[dict[str, Any]]:
+        return self._ledger().rows(destination, partition)
+
+    def _append_ledger_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """One ``INSERT ... SELECT FROM UNNEST(@rows)``: one query job whatever the rows."""
+        names = [c.name for c in ledger.LEDGER_COLUMNS]
+        sql = (
+            f"INSERT INTO {self._sql_table(ledger.PUBLISH_LEDGER_TABLE)} ({', '.join(names)}) "
+            f"SELECT {', '.join(f'r.{n}' for n in names)} FROM UNNEST(@rows) AS r"
+        )
+        structs = [_row_struct(ledger.LEDGER_COLUMNS, row) for row in rows]
+        self._run_dml(sql, [bigquery.ArrayQueryParameter("rows", "STRUCT", structs)])
+        self._cache.appended(ledger.PUBLISH_LEDGER_TABLE, len(rows))
+        if self._ledger_index is not None:
+            for row in rows:
+                self._ledger_index.add(row)
+
+    def replace_audit_rows(
+        self, hours: Sequence[dt.datetime], rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """One ``MERGE ... ON FALSE`` with the rows as an ``ARRAY<STRUCT>`` parameter (no rows:
+        one ``DELETE``). Raises ValueError if an hour is not aware UTC, or a row misses a
+        column or is of an hour not in ``hours``."""
+        spec = audit_spec()
+        self.ensure_table(spec)
+        hour_set = set()
+        for hour in hours:
+            if hour.tzinfo is None or hour.utcoffset() != dt.timedelta(0):
+                raise ValueError(f"audit hours must be timezone-aware UTC, got {hour!r}")
+            hour_set.add(hour.astimezone(dt.UTC))
+        if not hour_set:
+            return
+        struct_values = []
+        for row in rows:
+            missing = [c.name for c in spec.columns if c.name not in row]
+            if missing:
+                raise ValueError(f"audit row {dict(row)!r} misses columns {missing}")
+            if row["hour"].astimezone(dt.UTC) not in hour_set:
+                raise ValueError(f"audit row for {row['hour']} is not in the replaced hours")
+            struct_values.append(_row_struct(spec.columns, row))
+        ordered_hours = sorted(hour_set)
+        params: list[Any] = [
+            bigquery.ArrayQueryParameter("hours", "TIMESTAMP", ordered_hours),
+            bigquery.ArrayQueryParameter(
+                "event_dates", "DATE", sorted({h.date() for h in ordered_hours})
+            ),
+        ]
+        table = self._sql_table(AUDIT_TABLE)
+        names = [c.name for c in spec.columns]
+        if struct_values:
+            params.append(bigquery.ArrayQueryParameter("rows", "STRUCT", struct_values))
+            sql = (
+                f"MERGE {table} AS t USING (SELECT "
+                + ", ".join(f"r.{n} AS {n}" for n in names)
+                + " FROM UNNEST(@rows) AS r) AS s ON FALSE "
+                "WHEN NOT MATCHED BY SOURCE AND t.event_date IN UNNEST(@event_dates) "
+                "AND t.hour IN UNNEST(@hours) THEN DELETE "
+                "WHEN NOT MATCHED THEN INSERT (" + ", ".join(names) + ") "
+                "VALUES (" + ", ".join(f"s.{n}" for n in names) + ")"
+            )
+        else:
+            sql = (
+                f"DELETE FROM {table} "
+                "WHERE event_date IN UNNEST(@event_dates) AND hour IN UNNEST(@hours)"
+            )
+        self._run_dml(sql, params)
+        self._cache.changed(AUDIT_TABLE)
+
+    def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
+        """One ``tabledata.list`` per ``event_date`` partition of the range, hours filtered here."""
+        spec = audit_spec()
+        start_utc, end_utc = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
+        if end_utc <= start_utc or AUDIT_TABLE not in self._existing():
+            return []
+        rows: list[dict[str, Any]] = []
+        day, last = start_utc.date(), (end_utc - dt.timedelta(microseconds=1)).date()
+        while day <= last:
+            rows += self._list_rows(f"{AUDIT_TABLE}${day:%Y%m%d}", spec.columns)
+            day += dt.timedelta(days=1)
+        rows = [r for r in rows if start_utc <= r["hour"] < end_utc]
+        return sorted(rows, key=lambda r: (r["hour"], r["site"]))
 
     def close(self) -> None:
         """Close the client's HTTP session."""

@@ -1,18 +1,10 @@
-"""Jobs of the local DuckDB warehouse run on worker threads, as BigQuery runs jobs server-side.
+"""Jobs of the local warehouse on worker threads, as BigQuery runs jobs server-side.
 
-BigQuery's ``jobs.insert`` returns while the job is PENDING; the caller polls ``jobs.get``
-(cloud.google.com/bigquery/docs/managing-jobs). :func:`bq_platform.lib.publish.idempotent_jobs.run_idempotent_jobs`
-submits every job of a step before waiting for any, so that BigQuery runs them side by side.
-:class:`BackgroundJobs` gives the local warehouse the same shape: a submitted job runs on one of
-``workers`` threads, each with its own DuckDB connection to the same database (DuckDB runs
-transactions of one process concurrently, duckdb.org/docs/stable/connect/concurrency), while
-the caller's thread looks up and submits the next job.
-
-Measured (issue 9, docs/PERFORMANCE.md): the 72 hourly stage loads of the bench's 1x input.
-
-A job's data change and its history row still commit in one transaction on the worker's
-connection, so a process killed mid-job leaves no trace of it (DuckDB rolls the open
-transaction back), and a re-run submits it again.
+``jobs.insert`` returns while the job is PENDING and the caller polls ``jobs.get``
+(cloud.google.com/bigquery/docs/managing-jobs), so a step submits all its jobs before waiting
+for any. Here each worker has its own connection (DuckDB runs one process's transactions
+concurrently: duckdb.org/docs/stable/connect/concurrency). A job commits with its history row,
+so a process killed mid-job leaves no trace of it and a re-run submits it again.
 """
 
 import concurrent.futures
@@ -25,16 +17,9 @@ from bq_platform.lib.warehouse.base import JobStatus
 
 
 class BackgroundJobs:
-    """Runs jobs on ``workers`` threads, each with its own DuckDB connection.
-
-    It holds no reference to the warehouse (so an unclosed warehouse is still freed, and its
-    file released, as soon as it is unreferenced); the worker threads and their connections
-    exist from the first :meth:`start` to :meth:`close`.
-
-    Args:
-        workers: threads (the warehouse checks it is at least 1); with DuckDB's
-            ``threads = 1`` each job uses one core.
-    """
+    """Runs jobs on ``workers`` threads, each with its own connection, from the first
+    :meth:`start` to :meth:`close`. It holds no reference to the warehouse, so an unclosed
+    warehouse is still freed, and its file released, when unreferenced."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -52,11 +37,8 @@ class BackgroundJobs:
         run: Callable[[duckdb.DuckDBPyConnection], JobStatus],
         open_cursor: Callable[[], duckdb.DuckDBPyConnection],
     ) -> None:
-        """Run ``run(connection)`` on a worker; its result is the job's DONE status.
-
-        ``open_cursor`` gives a worker without a connection a new one to the warehouse's
-        database, set up for jobs (called from that worker's thread).
-        """
+        """Run ``run(connection)``, which returns the DONE status, on a worker; ``open_cursor``
+        gives a worker its connection (called on the worker's thread)."""
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -90,12 +72,8 @@ class BackgroundJobs:
         return sum(1 for t, f in list(self._jobs.values()) if t == table and not f.done())
 
     def wait(self, job_id: str, timeout_s: float) -> JobStatus | None:
-        """The job's DONE status once it ends; None if it was not started here.
-
-        Raises:
-            TimeoutError: if it runs longer than ``timeout_s`` seconds (it keeps running).
-            Exception: what the job raised (for example a WarehouseError while recording it).
-        """
+        """The job's DONE status once it ends; None if not started here. Raises TimeoutError
+        after ``timeout_s`` seconds (the job keeps running), or what the job raised."""
         found = self._jobs.get(job_id)
         if found is None:
             return None

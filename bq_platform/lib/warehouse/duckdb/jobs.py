@@ -1,11 +1,8 @@
-"""Load and copy jobs as the local DuckDB warehouse runs them: BigQuery's job semantics.
+"""Load and copy jobs as BigQuery runs them, in the caller's DuckDB transaction.
 
-Each job runs inside the caller's DuckDB transaction, so a failed job leaves the destination
-as it was (BigQuery's atomic ``WRITE_TRUNCATE``). A failure is raised as :class:`JobError`
-carrying BigQuery's error reason (cloud.google.com/bigquery/docs/error-messages); the caller
-records it as a failed DONE job, as BigQuery does. The rules checked before a job runs
-(:mod:`bq_platform.lib.warehouse.rules`) are not repeated here; what BigQuery checks while a
-job runs is: Parquet column types against the schema, the destination's existence
+A failure raises :class:`JobError` with BigQuery's error reason
+(cloud.google.com/bigquery/docs/error-messages) and changes nothing. Checked here is what
+BigQuery checks while a job runs: Parquet column types, that the destination exists
 (``CREATE_NEVER``), and that a write into ``table$YYYYMMDD`` holds only that day's rows.
 """
 
@@ -17,29 +14,15 @@ from typing import Any
 import duckdb
 
 from bq_platform.lib.warehouse import job_rules, rules, schema
-from bq_platform.lib.warehouse.base import CopyJob, LoadJob
-from bq_platform.lib.warehouse.schema import Column, TableSpec
+from bq_platform.lib.warehouse.duckdb.sql import duckdb_type, ident
+from bq_platform.lib.warehouse.job_model import CopyJob, LoadJob
+from bq_platform.lib.warehouse.schema import TableSpec
 
-# BigQuery error reasons (cloud.google.com/bigquery/docs/error-messages).
 INVALID = "invalid"
 NOT_FOUND = "notFound"
 DUPLICATE = "duplicate"
 ACCESS_DENIED = "accessDenied"
 INTERNAL_ERROR = "internalError"
-
-#: BigQuery standard SQL type name -> DuckDB column type. ``TIMESTAMP`` is an instant in
-#: both systems; DuckDB's ``TIMESTAMP`` (no time zone) is BigQuery's ``DATETIME``.
-DUCKDB_TYPES: Mapping[str, str] = {
-    "STRING": "VARCHAR",
-    "BYTES": "BLOB",
-    "INT64": "BIGINT",
-    "FLOAT64": "DOUBLE",
-    "BOOL": "BOOLEAN",
-    "TIMESTAMP": "TIMESTAMP WITH TIME ZONE",
-    "DATETIME": "TIMESTAMP",
-    "DATE": "DATE",
-    "NUMERIC": "DECIMAL(38, 9)",
-}
 
 _TIMESTAMPS = frozenset(
     {"TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"}
@@ -70,34 +53,10 @@ class JobError(Exception):
         self.reason = reason
 
 
-def ident(name: str) -> str:
-    """Quote a validated identifier (table or column name) for SQL.
-
-    Raises:
-        ValueError: if ``name`` is not ``[A-Za-z_][A-Za-z0-9_]*``.
-    """
-    if not rules.TABLE_NAME_RE.match(name):
-        raise ValueError(f"not a valid table or column name: {name!r}")
-    return f'"{name}"'
-
-
-def duckdb_type(column: Column) -> str:
-    """DuckDB type of a spec column (:data:`DUCKDB_TYPES`)."""
-    return DUCKDB_TYPES[schema.normalize_type(column.type)]
-
-
-def column_ddl(column: Column) -> str:
-    """``"name" TYPE [NOT NULL]`` of a spec column (REQUIRED -> NOT NULL)."""
-    required = schema.normalize_mode(column.mode) == "REQUIRED"
-    return f"{ident(column.name)} {duckdb_type(column)}" + (" NOT NULL" if required else "")
-
-
 def _parquet_select(con: duckdb.DuckDBPyConnection, job: LoadJob) -> tuple[str, list[Any]]:
-    """A ``SELECT`` of the spec's columns, cast, from the job's Parquet files.
-
-    Each file's schema is checked first (BigQuery's Parquet type rules), so an error names the
-    file and column. Columns missing from every file load as NULL if NULLABLE.
-    """
+    """A ``SELECT`` of the spec's columns, cast, from the job's Parquet files, each file's
+    types checked first so an error names file and column; a NULLABLE column no file has is
+    NULL."""
     paths: list[str] = []
     for uri in job.source_uris:
         if "://" in uri and not uri.startswith("file://"):
@@ -139,9 +98,8 @@ def _parquet_select(con: duckdb.DuckDBPyConnection, job: LoadJob) -> tuple[str, 
         else f"CAST(NULL AS {duckdb_type(c)}) AS {ident(c.name)}"
         for c in job.spec.columns
     )
-    # hive_partitioning off: DuckDB would otherwise add (or override!) columns from
-    # "key=value" folders such as hour=1995-08-01T04/. union_by_name on: without it, DuckDB
-    # takes the first file's schema and silently drops other files' columns.
+    # hive_partitioning off: DuckDB would add (or override) columns from folders such as
+    # hour=1995-08-01T04/; union_by_name on: else it drops the columns the first file lacks.
     return (
         f"SELECT {select} FROM read_parquet(?, hive_partitioning = false, union_by_name = true)",
         [paths],
@@ -191,16 +149,8 @@ def run_load(
     job: LoadJob,
     destination_spec: Callable[[str], TableSpec | None],
 ) -> int:
-    """Run a load job in ``con``'s open transaction; return the rows it wrote.
-
-    Args:
-        con: connection with an open transaction.
-        job: the validated job.
-        destination_spec: reads a table's current spec (None if it does not exist).
-
-    Raises:
-        JobError: with BigQuery's reason, on any failure.
-    """
+    """Run a validated load job in ``con``'s open transaction; the rows written.
+    ``destination_spec`` reads a table's current spec (None if missing). Raises JobError."""
     table, day = rules.split_destination(job.destination)
     spec = destination_spec(table)
     if spec is None:
@@ -219,11 +169,7 @@ def run_copy(
     job: CopyJob,
     destination_spec: Callable[[str], TableSpec | None],
 ) -> int:
-    """Run a copy job in ``con``'s open transaction; return the rows it wrote.
-
-    Raises:
-        JobError: with BigQuery's reason, on any failure.
-    """
+    """:func:`run_load` for a copy job."""
     table, day = rules.split_destination(job.destination)
     spec = destination_spec(table)
     if spec is None:

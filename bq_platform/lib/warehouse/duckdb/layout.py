@@ -1,22 +1,17 @@
-"""The layout rows of the local warehouse: what BigQuery keeps about a table that a DuckDB
-table cannot hold (partitioning, clustering, ``require_partition_filter``, expiration, labels,
-description, creation time), one row per table in ``_bq_platform_tables``, and a table's spec
-read back from its columns and that row.
+"""What BigQuery keeps about a table that DuckDB cannot (partitioning, clustering,
+``require_partition_filter``, expiration, labels, description, creation time): one row per
+table in ``_bq_platform_tables``.
 """
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 
-from bq_platform.lib.warehouse.duckdb.jobs import DUCKDB_TYPES
-from bq_platform.lib.warehouse.duckdb.sql import _now, _utc, table_columns
+from bq_platform.lib.warehouse.duckdb.sql import BIGQUERY_TYPES, ident, table_columns, utc, utc_now
 from bq_platform.lib.warehouse.schema import Column, TableSpec
-
-# DuckDB column type -> canonical BigQuery name, for reading a table's schema back.
-_BIGQUERY_TYPES: Mapping[str, str] = {v: k for k, v in DUCKDB_TYPES.items()}
 
 TABLES_TABLE = "_bq_platform_tables"
 TABLES_DDL = f"""CREATE TABLE IF NOT EXISTS {TABLES_TABLE} (
@@ -52,12 +47,8 @@ def read_spec(con: duckdb.DuckDBPyConnection, table: str) -> tuple[TableSpec, dt
 def read_specs(
     con: duckdb.DuckDBPyConnection, tables: Sequence[str]
 ) -> dict[str, tuple[TableSpec, dt.datetime] | None]:
-    """:func:`read_spec` of each table in two statements: the tables' columns from
-    ``duckdb_columns()`` (the catalog of the connection's database and schema, as
-    ``pragma_table_info`` resolves a name) and their layout rows. 24 stage tables took 3.5 ms
-    against 13 ms one by one (issue 9, docs/PERFORMANCE.md); one table alone is read by
-    :func:`read_spec` (``duckdb_columns()`` lists every table's columns: ~3 ms, against 0.5 ms
-    for one ``pragma_table_info``). Each name once; a missing table is None."""
+    """:func:`read_spec` of each table in two statements (``duckdb_columns()`` of the current
+    schema, then the layout rows); one table alone is read by :func:`read_spec`."""
     names = list(dict.fromkeys(tables))
     if len(names) < 2:
         return {name: read_spec(con, name) for name in names}
@@ -89,13 +80,13 @@ def _spec(
 ) -> tuple[TableSpec, dt.datetime]:
     """A table's spec and creation time from its ``(name, duckdb type, nullable)`` columns
     and its layout row (:data:`_LAYOUT_COLUMNS`; a table without one has the defaults)."""
-    row = row or (None, "[]", False, None, "{}", "", _now())
+    row = row or (None, "[]", False, None, "{}", "", utc_now())
     spec = TableSpec(
         name=table,
         columns=tuple(
             Column(
                 name,
-                _BIGQUERY_TYPES.get(data_type, data_type),
+                BIGQUERY_TYPES.get(data_type, data_type),
                 "NULLABLE" if nullable else "REQUIRED",
             )
             for name, data_type, nullable in columns
@@ -107,14 +98,12 @@ def _spec(
         labels=json.loads(row[4]),
         description=row[5],
     )
-    return spec, _utc(row[6])
+    return spec, utc(row[6])
 
 
 def write_layout(con: duckdb.DuckDBPyConnection, spec: TableSpec, *, created: bool = False) -> None:
-    """Write the table's layout row. A patch (``created=False``) updates it and keeps
-    ``created_at``/``expires_at`` from the first creation, as BigQuery's
-    ``creationTime``/``expirationTime``; a creation replaces any row a table of that name
-    left behind (:func:`write_new_layouts`)."""
+    """Write the table's layout row. A patch keeps ``created_at``/``expires_at``, as BigQuery
+    keeps ``creationTime``/``expirationTime``; a creation replaces a row a dropped table left."""
     if created:
         write_new_layouts(con, [spec])
         return
@@ -125,31 +114,29 @@ def write_layout(con: duckdb.DuckDBPyConnection, spec: TableSpec, *, created: bo
         "require_partition_filter = excluded.require_partition_filter, "
         "labels = excluded.labels, description = excluded.description, "
         "updated_at = excluded.updated_at",
-        _layout_row(spec, _now()),
+        _layout_row(spec, utc_now()),
     )
 
 
 def write_new_layouts(con: duckdb.DuckDBPyConnection, specs: Sequence[TableSpec]) -> None:
     """The layout rows of tables just created, replacing any row a dropped table of the same
-    name left: one DELETE and one plain INSERT for all of them. (Per table, a DELETE and an
-    INSERT cost 0.8 ms, 0.11 s for a step's 144 stage tables; ``INSERT OR REPLACE`` or
-    ``ON CONFLICT`` more; issue 9, docs/PERFORMANCE.md.)"""
+    name left: one DELETE and one plain INSERT for all of them."""
     if not specs:
         return
-    now = _now()
+    stamp = utc_now()
     con.execute(
         f"DELETE FROM {TABLES_TABLE} WHERE table_name = ANY(?)", [[spec.name for spec in specs]]
     )
     one = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     con.execute(
         f"INSERT INTO {TABLES_TABLE} VALUES {', '.join(one for _ in specs)}",
-        [value for spec in specs for value in _layout_row(spec, now)],
+        [value for spec in specs for value in _layout_row(spec, stamp)],
     )
 
 
-def _layout_row(spec: TableSpec, now: dt.datetime) -> list[Any]:
-    """A table's layout row as :data:`TABLES_DDL` orders it, created and updated ``now``."""
-    expires = None if spec.expiration_days is None else now + dt.timedelta(spec.expiration_days)
+def _layout_row(spec: TableSpec, stamp: dt.datetime) -> list[Any]:
+    """A table's layout row as :data:`TABLES_DDL` orders it, created and updated at ``stamp``."""
+    expires = None if spec.expiration_days is None else stamp + dt.timedelta(spec.expiration_days)
     return [
         spec.name,
         spec.partition_field,
@@ -159,6 +146,34 @@ def _layout_row(spec: TableSpec, now: dt.datetime) -> list[Any]:
         expires,
         json.dumps(dict(sorted(spec.labels.items()))),
         spec.description,
-        now,
-        now,
+        stamp,
+        stamp,
     ]
+
+
+def rows_and_created(con: duckdb.DuckDBPyConnection, table: str) -> tuple[int, dt.datetime]:
+    """``(rows, created)`` in one statement (no layout row: created now); raises
+    duckdb.CatalogException if the table does not exist."""
+    rows, created = con.execute(
+        f"SELECT (SELECT count(*) FROM {ident(table)}), "
+        f"(SELECT created_at FROM {TABLES_TABLE} WHERE table_name = ?)",
+        [table],
+    ).fetchone()
+    return int(rows), utc(created) or utc_now()
+
+
+def expired_tables(con: duckdb.DuckDBPyConnection, at: dt.datetime) -> list[str]:
+    """Names of the tables whose expiration time is ``at`` or earlier, sorted."""
+    return [
+        name
+        for (name,) in con.execute(
+            f"SELECT table_name FROM {TABLES_TABLE} WHERE expires_at <= ? ORDER BY table_name",
+            [at],
+        ).fetchall()
+    ]
+
+
+def drop_table(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Drop a table (if it exists) and its layout row."""
+    con.execute(f"DROP TABLE IF EXISTS {ident(table)}")
+    con.execute(f"DELETE FROM {TABLES_TABLE} WHERE table_name = ?", [table])

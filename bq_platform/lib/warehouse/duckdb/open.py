@@ -1,9 +1,5 @@
-"""Opening the local DuckDB warehouse file while another process may hold its write lock.
-
-DuckDB lets one process at a time open a database file for writing
-(duckdb.org/docs/stable/connect/concurrency): a second ``duckdb.connect`` raises
-``IOException`` with "Could not set lock" (or "Conflicting lock"). :func:`open_with_retry`
-retries that error with exponential backoff and jitter, for a bounded time.
+"""Opening the local warehouse file while another process may hold its write lock (DuckDB
+allows one writing process per file: duckdb.org/docs/stable/connect/concurrency).
 """
 
 import logging
@@ -27,15 +23,9 @@ def is_lock_error(exc: BaseException) -> bool:
 
 
 def open_with_retry(path: Path, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open ``path``, retrying for up to ``lock_timeout_s`` seconds while it is locked.
-
-    The waits double from 50 ms up to 5 s, with "equal jitter" (half fixed, half random), and
-    the first wait is logged once at INFO.
-
-    Raises:
-        WarehouseError: if the lock is still held after ``lock_timeout_s`` seconds (the message
-            says what may hold it and what to do), or the file cannot be opened at all.
-    """
+    """Open ``path``, retrying for up to ``lock_timeout_s`` seconds while it is locked (waits
+    doubling from 50 ms to 5 s, half of each random). Raises WarehouseError if it stays locked
+    (naming what may hold it) or cannot be opened."""
     deadline = time.monotonic() + lock_timeout_s
     delay_s = 0.05
     waited = False

@@ -14,7 +14,7 @@ import pytest
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
-from bq_platform.lib.warehouse.bigquery.warehouse import schema_fields
+from bq_platform.lib.warehouse.bigquery.warehouse import copied_rows, schema_fields
 from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
 from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator, unique_name
 from bq_platform_tests.lib.warehouse.contract_backends import pageview_parquet
@@ -130,7 +130,7 @@ def test_gap_copy_takes_the_first_source_only_without_stats(raw: Raw) -> None:
         job_config=bigquery.CopyJobConfig(write_disposition="WRITE_TRUNCATE"),
     )
     job.result()
-    assert "copy" not in job._properties.get("statistics", {})
+    assert copied_rows(job) is None
     assert raw.count("pv") == 3  # BigQuery: 5
 
 

@@ -1,6 +1,7 @@
-"""The SQL half of the BigQuery backend (``bigquery_sql.py``) on bqemulator: the publish
-ledger is append-only parameterized INSERTs (issue 6, defect 3: concurrent MERGEs fail with
-"Could not serialize access"), and the audit rows of some hours are replaced atomically.
+"""The ledger and audit SQL of BigQueryWarehouse on bqemulator: the publish ledger is
+append-only parameterized INSERTs (concurrent MERGEs on one table fail with "Could not serialize
+access"), the audit rows of some hours are replaced atomically, and rows are read with
+``tabledata.list``, never a query.
 
 Behaviour shared with DuckDB (latest wins, one schema) is the contract suite's
 (``lib/warehouse/test_contract.py``); here, the SQL BigQuery receives.
@@ -8,16 +9,19 @@ Behaviour shared with DuckDB (latest wins, one schema) is the contract suite's
 
 import datetime as dt
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+import requests
 
 from bq_platform.lib.core.accounting import SiteHourCounts, audit_records
 from bq_platform.lib.warehouse import ledger
 from bq_platform.lib.warehouse.base import PublishRecord
 from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
+from bq_platform.lib.warehouse.schema import AUDIT_TABLE
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.emulators import BigQueryEmulator
-from bq_platform_tests.http_recording import RecordingSession
+from bq_platform_tests.http_recording import HttpCall, RecordingSession, json_response
 
 pytestmark = pytest.mark.emulator
 
@@ -59,7 +63,7 @@ def test_ledger_rows_are_parameterized_inserts(
         if c.method == "POST" and c.path.endswith("/jobs") and "query" in c.body["configuration"]
     ]
     writes = [q for q in queries if q.lstrip().split()[0].upper() in {"INSERT", "MERGE", "UPDATE"}]
-    assert len(writes) == 1 and writes[0].startswith("INSERT INTO")  # append-only (defect 3)
+    assert len(writes) == 1 and writes[0].startswith("INSERT INTO")  # append-only
     assert all(evil not in q for q in queries)
 
 
@@ -99,10 +103,61 @@ def test_audit_rows_are_replaced_atomically_per_hour(warehouse: BigQueryWarehous
         warehouse.replace_audit_rows([h4], audit_records([_audit(h5, "x", 1)], "fp", RUN_ID))
 
 
+class ConcurrentUpdateOnce:
+    """Answers the first ``MERGE`` query job as BigQuery answers the loser of two concurrent
+    mutating DML statements on one table: the job is DONE with a 400 ``invalidQuery``
+    "Could not serialize access to table ... due to concurrent update"."""
+
+    def __init__(self) -> None:
+        self.failed: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, call: HttpCall) -> requests.Response | None:
+        body = call.body if isinstance(call.body, dict) else {}
+        query = body.get("configuration", {}).get("query", {}).get("query", "")
+        if call.method == "POST" and call.path.endswith("/jobs") and query.startswith("MERGE"):
+            if self.failed:
+                return None
+            error = {
+                "reason": "invalidQuery",
+                "message": f"Could not serialize access to table {AUDIT_TABLE} due to "
+                "concurrent update",
+            }
+            now = str(int(dt.datetime.now(dt.UTC).timestamp() * 1000))
+            resource = {
+                **body,
+                "jobReference": {**body["jobReference"], "location": "US"},
+                "status": {"state": "DONE", "errorResult": error, "errors": [error]},
+                "statistics": {"creationTime": now, "startTime": now, "endTime": now},
+            }
+            self.failed[body["jobReference"]["jobId"]] = resource
+            return json_response(200, resource)
+        job_id = call.path.rsplit("/", 1)[-1]
+        if call.method == "GET" and job_id in self.failed:
+            if "/queries/" in call.path:
+                error = self.failed[job_id]["status"]["errorResult"]
+                payload = {"error": {"code": 400, "message": error["message"], "errors": [error]}}
+                return json_response(400, payload)
+            return json_response(200, self.failed[job_id])
+        return None
+
+
+def test_a_statement_that_loses_a_concurrent_update_runs_again(
+    warehouse: BigQueryWarehouse, session: RecordingSession
+) -> None:
+    h4 = HOURS[0]
+    conflict = ConcurrentUpdateOnce()
+    session.responders.insert(0, conflict)
+    warehouse.replace_audit_rows([h4], audit_records([_audit(h4, "epa.gov", 5)], "fp", RUN_ID))
+    assert len(conflict.failed) == 1
+    assert _query_statements(session).count("MERGE") == 2  # a new query job, run once more
+    rows = warehouse.audit_rows(h4, h4 + dt.timedelta(hours=1))
+    assert [(r["site"], r["pageviews"]) for r in rows] == [("epa.gov", 5)]
+
+
 def test_audit_rows_are_listed_per_day_partition_not_queried(
     warehouse: BigQueryWarehouse, session: RecordingSession
 ) -> None:
-    """Issue 9: the completeness check's audit read bills 0 bytes: one ``tabledata.list`` of
+    """The completeness check's audit read bills 0 bytes: one ``tabledata.list`` of
     ``pageviews_audit$YYYYMMDD`` per UTC day of the range, hours filtered in Python."""
     late = dt.datetime(1995, 8, 1, 23, tzinfo=dt.UTC)
     next_day = late + dt.timedelta(hours=1)
@@ -139,9 +194,9 @@ def _query_statements(session: RecordingSession) -> list[str]:
 def test_ledger_is_listed_once_per_run_never_queried(
     make_warehouse: Callable[[RecordingSession], BigQueryWarehouse], shim: BigQueryShim
 ) -> None:
-    """Issue 9: publish-record lookups bill 0 bytes. The ledger is read once per warehouse
+    """Publish-record lookups bill 0 bytes. The ledger is read once per warehouse
     object with ``tabledata.list`` (free); the object's own appends are seen at once, another
-    process's from the next run on (documented in ``bigquery_sql``)."""
+    process's from the next run on (documented in ``bigquery/warehouse.py``)."""
     at = dt.datetime(2026, 1, 2, 3, tzinfo=dt.UTC)
     writer = make_warehouse(shim.session())
     writer.write_publish_records([PublishRecord("pageviews", "19950801", "j1", "f1", 1, at)])

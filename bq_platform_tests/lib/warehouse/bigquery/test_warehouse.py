@@ -6,7 +6,7 @@ client sends (``jobs.insert`` bodies are ``job.to_api_repr()``, ``tables.insert`
 table resource, captured by :class:`RecordingSession`), one metadata request per table per
 run, metadata counts by ``tables.get`` (0 bytes billed), the job-ID prefix, the location
 check, ``jobs.list`` budgets, polling, identifiers and the client factory (the ledger and
-audit SQL: ``test_bigquery_sql.py``).
+audit SQL: ``test_sql.py``).
 Requests bqemulator cannot run as BigQuery does are answered by
 :class:`~bq_platform_tests.bigquery_shim.BigQueryShim`; ``test_emulator_gaps.py`` notices
 when the emulator learns them.
@@ -21,18 +21,20 @@ itself).
 import dataclasses
 import datetime as dt
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+import requests
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 
 from bq_platform.lib.core.job_ids import job_id, job_labels, sha256_json
 from bq_platform.lib.publish.idempotent_jobs import JobOutcome, run_idempotent_job
-from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.publish.quota import JobBudget, QuotaBudgetExceededError
+from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.warehouse.base import CopyJob, LoadJob, WarehouseError
-from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.bigquery.client import bigquery_client
+from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import (
     PAGEVIEW_COLUMNS,
@@ -128,7 +130,7 @@ def test_create_requests_carry_the_layout(
     stage = inserts["pageviews_sample_stage_1995080104"]
     expires = dt.datetime.fromtimestamp(int(stage["expirationTime"]) / 1000, dt.UTC)
     assert abs(expires - (dt.datetime.now(dt.UTC) + dt.timedelta(days=7))) < dt.timedelta(minutes=5)
-    # A stage table has the published table's partitioning and clustering (issue 6, defect 1).
+    # A stage table has the published table's partitioning and clustering.
     assert stage["timePartitioning"] == pageviews["timePartitioning"]
     assert stage["clustering"] == pageviews["clustering"]
     assert stage["requirePartitionFilter"] is False
@@ -268,8 +270,8 @@ def test_counts_are_one_tables_get_each_no_query(
     make_warehouse: Callable[..., BigQueryWarehouse],
 ) -> None:
     """``table_rows``/``partition_rows`` bill 0 bytes: at most one ``tables.get`` each, no query
-    job (issue 6, defect 6: INFORMATION_SCHEMA.PARTITIONS reads at most 1,000 tables); the
-    rows of a table this object loaded with WRITE_TRUNCATE are the job's (issue 9)."""
+    job (INFORMATION_SCHEMA.PARTITIONS reads at most 1,000 tables); the rows of a table this
+    object loaded with WRITE_TRUNCATE are the job's."""
     run_load(warehouse, store, HOURS[0], 3, sha256_json(["counts"]))
     table = stage_spec("full", HOURS[0]).name
     before = len(session.calls)
@@ -397,11 +399,25 @@ def test_identifiers_are_validated(project: str, dataset: str) -> None:
         )
 
 
-def test_bigquery_client_factory(bq_emulator: BigQueryEmulator) -> None:
+class _Unsent(Exception):
+    """Raised by :class:`_NoNetwork` with the URL a request would have gone to."""
+
+
+class _NoNetwork(requests.Session):
+    is_mtls = False  # read by google-cloud-core to pick the endpoint
+
+    def request(self, method: str, url: str, *args: object, **kwargs: object) -> Any:  # type: ignore[override]
+        raise _Unsent(url)
+
+
+def test_bigquery_client_factory(bq_emulator: BigQueryEmulator, bq_dataset: str) -> None:
     emulated = bigquery_client("bqp-emulator", "US", api_endpoint=bq_emulator.endpoint)
-    assert emulated._connection.API_BASE_URL == bq_emulator.endpoint
-    assert isinstance(emulated._credentials, AnonymousCredentials)
+    emulated.create_dataset(bq_dataset, exists_ok=True)  # anonymous, at the endpoint
     assert emulated.location == "US"
-    real = bigquery_client("my-project", "EU", credentials=AnonymousCredentials())
-    assert real._connection.API_BASE_URL == "https://bigquery.googleapis.com"
+    real = bigquery_client(
+        "my-project", "EU", credentials=AnonymousCredentials(), http=_NoNetwork()
+    )
+    with pytest.raises(_Unsent) as sent:
+        real.get_dataset("my-project.ds", retry=None)
+    assert str(sent.value).startswith("https://bigquery.googleapis.com/bigquery/v2/projects/")
     assert (real.project, real.location) == ("my-project", "EU")

@@ -16,8 +16,8 @@ import pytest
 from bq_platform.lib.core.job_ids import job_id, sha256_json
 from bq_platform.lib.publish.idempotent_jobs import JobRequest, run_idempotent_jobs
 from bq_platform.lib.publish.quota import JobBudget
-from bq_platform.lib.warehouse.duckdb import jobs as duckdb_jobs
 from bq_platform.lib.warehouse.base import JobConflictError, LoadJob
+from bq_platform.lib.warehouse.duckdb import jobs as duckdb_jobs
 from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
 from bq_platform.lib.warehouse.schema import stage_spec
 from bq_platform_tests.lib.publish.test_idempotent_jobs_duckdb import write_hour

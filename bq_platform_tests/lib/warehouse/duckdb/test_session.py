@@ -20,7 +20,7 @@ def test_memory_database_is_refused() -> None:
 
 def test_one_duckdb_thread_unless_asked(wh: DuckDBWarehouse, tmp_path: Path) -> None:
     threads = "SELECT current_setting('threads') AS threads"
-    assert wh.query(threads) == [{"threads": 1}]  # issue 9: small loads, 2-core machine
+    assert wh.query(threads) == [{"threads": 1}]
     other = DuckDBWarehouse(tmp_path / "other.duckdb", threads=2)
     try:
         assert other.query(threads) == [{"threads": 2}]
@@ -31,7 +31,7 @@ def test_one_duckdb_thread_unless_asked(wh: DuckDBWarehouse, tmp_path: Path) -> 
 
 
 def test_duckdb_memory_is_bounded(wh: DuckDBWarehouse, tmp_path: Path) -> None:
-    """DuckDB would take 80% of the RAM; the run's driver process must stay flat (issue 9)."""
+    """DuckDB would take 80% of the RAM; the run's driver process must stay flat."""
     limit = "SELECT current_setting('memory_limit') AS m"
     assert wh.query(limit) == [{"m": "488.2 MiB"}]  # 512MB = 512 x 10^6 bytes
     other = DuckDBWarehouse(tmp_path / "other.duckdb", memory_limit="256MB")
@@ -59,8 +59,8 @@ def _row_groups_after_two_appends(warehouse: DuckDBWarehouse) -> int:
 
 
 def test_checkpoints_do_not_merge_row_groups_unless_asked(tmp_path: Path) -> None:
-    """A day's copy appends after a partly filled row group; merging them again cost 0.26 s at
-    the close of each daily run (issue 9). DuckDB's default (100 vacuum tasks) merges them."""
+    """A day's copy appends after a partly filled row group; the checkpoint keeps both row
+    groups. DuckDB's default (100 vacuum tasks) merges them."""
     assert _row_groups_after_two_appends(DuckDBWarehouse(tmp_path / "a.duckdb")) == 2
     merged = DuckDBWarehouse(tmp_path / "b.duckdb", max_vacuum_tasks=100)
     assert _row_groups_after_two_appends(merged) == 1
@@ -121,8 +121,7 @@ def _site_compressions(warehouse: DuckDBWarehouse) -> set[str]:
 def test_strings_are_stored_without_fsst_or_dictionaries_unless_asked(
     wh: DuckDBWarehouse, tmp_path: Path
 ) -> None:
-    """FSST cost ~20% of the stage loads' time, dictionaries ~40% of a checkpoint's (issue 9);
-    ``""`` gives DuckDB every method."""
+    """``fsst,dictionary`` are off by default; ``""`` gives DuckDB every method."""
     assert "FSST" not in _string_compressions(wh)
     assert "Dictionary" not in _site_compressions(wh)
     other = DuckDBWarehouse(tmp_path / "other.duckdb", disabled_compression="")
