@@ -95,3 +95,19 @@ def test_prod_resources_have_the_same_keys_and_read_env_at_run_time(monkeypatch)
 def test_unknown_environment_is_refused():
     with pytest.raises(ValueError, match="BQ_PLATFORM_ENV"):
         build_resources("staging")
+
+
+def test_workspace_and_dg_name_the_same_code_location():
+    """`dagster dev -w workspace.yaml` (make dev) and `dg` each need the code location's name;
+    both load the same module under the same name, so runs and UI links agree."""
+    import tomllib
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    (entry,) = yaml.safe_load((root / "workspace.yaml").read_text())["load_from"]
+    dg_project = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["dg"]["project"]
+
+    assert entry["python_module"]["module_name"] == f"{dg_project['root_module']}.definitions"
+    assert entry["python_module"]["location_name"] == dg_project["code_location_name"]
