@@ -15,9 +15,6 @@ JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 #: A local driver, which also runs the tasks: the throughput collector, not G1, whose
 #: concurrent marking threads compete with the task threads on a small machine.
 LOCAL_GC = "-XX:+UseParallelGC"
-#: A local driver lives for one run: compile thresholds x4, so the JIT compiles only what stays
-#: hot (``CompileThresholdScaling``, docs.oracle.com/en/java/javase/17/docs/specs/man/java.html).
-LOCAL_JIT_THRESHOLDS = "-XX:CompileThresholdScaling=4"
 #: Off: on, each Column operation sends its Python call site to the JVM, "a non-trivial
 #: performance overhead" (``StaticSQLConf``, SPARK-51242). The transform never raises
 #: (``try_*`` functions), so error messages lose nothing.
@@ -45,7 +42,7 @@ def spark_config(
     local = is_local_master(master)
     driver_options = [JIT_HUGE_METHODS]
     if local:
-        driver_options += [LOCAL_GC, LOCAL_JIT_THRESHOLDS]
+        driver_options.append(LOCAL_GC)
     if local and not verbose:
         driver_options.append(f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}")
     return {

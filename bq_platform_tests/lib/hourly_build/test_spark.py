@@ -11,7 +11,6 @@ from bq_platform.lib.hourly_build.spark import (
     DATAFRAME_DEBUGGING,
     JIT_HUGE_METHODS,
     LOCAL_GC,
-    LOCAL_JIT_THRESHOLDS,
     QUIET_LOG4J2,
     spark_config,
 )
@@ -20,11 +19,11 @@ from bq_platform.lib.hourly_build.spark import (
 def test_a_local_driver_uses_the_throughput_collector_and_clusters_keep_theirs() -> None:
     for master in ("local[2]", "local[*]", "local"):
         options = spark_config(master)["spark.driver.extraJavaOptions"].split()
-        assert {LOCAL_GC, LOCAL_JIT_THRESHOLDS, JIT_HUGE_METHODS} <= set(options)
+        assert {LOCAL_GC, JIT_HUGE_METHODS} <= set(options)
     for master in ("spark://host:7077", "yarn", "k8s://https://host:443"):
         config = spark_config(master)
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            assert not {LOCAL_GC, LOCAL_JIT_THRESHOLDS} & set(config[key].split())
+            assert LOCAL_GC not in config[key].split()
 
 
 def test_a_local_driver_logs_errors_only_unless_verbose() -> None:
@@ -66,9 +65,6 @@ def test_the_local_driver_runs_with_its_jvm_options(spark) -> None:
     HotSpot ignores would show here)."""
     flags = _driver_jvm_flags().split()
     assert LOCAL_GC in flags and JIT_HUGE_METHODS in flags
-    name, value = LOCAL_JIT_THRESHOLDS.split("=", 1)
-    (scaling,) = [f for f in flags if f.startswith(f"{name}=")]
-    assert float(scaling.split("=", 1)[1]) == float(value)
 
 
 def test_the_session_runs_without_dataframe_debugging(spark) -> None:
