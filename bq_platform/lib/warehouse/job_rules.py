@@ -141,7 +141,7 @@ def check_copy_job(
                 f"source {name} is clustered by {list(spec.clustering)}, "
                 f"{destination_spec.name} by {list(destination_spec.clustering)}: clustering "
                 "must match",
-                "apache/beam issue 34571",
+                "apache/beam#34571",
             )
         if _column_types(spec.columns) != _column_types(destination_spec.columns):
             raise refuse(
