@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bq_platform import settings as environment
+from bq_platform import settings
 from bq_platform.defs.resources import build_resources, resolved
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore
@@ -32,14 +32,14 @@ def prod_env(monkeypatch):
 
 def test_the_local_lake_is_the_resources_lake(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
-    store = environment.object_store("local")
+    store = settings.object_store("local")
     bound = build_resources("local")["object_store"].get_store()
     assert isinstance(store, LocalObjectStore) and isinstance(bound, LocalObjectStore)
     assert store.root == bound.root == (tmp_path / "home" / "lake").resolve()
 
 
 def test_the_production_lake_is_the_bucket_a_run_resolves(prod_env) -> None:
-    store = environment.object_store("prod")
+    store = settings.object_store("prod")
     bound = resolved(build_resources("prod")["object_store"]).get_store()
     assert isinstance(store, GCSObjectStore) and isinstance(bound, GCSObjectStore)
     assert store.bucket_name == bound.bucket_name == "the-bucket"
@@ -50,31 +50,31 @@ def test_the_production_lake_is_the_bucket_a_run_resolves(prod_env) -> None:
 def test_a_missing_production_variable_is_named(prod_env, monkeypatch, unset: str) -> None:
     monkeypatch.setenv(unset, "")
     with pytest.raises(ValueError, match=f"set {unset} "):
-        environment.object_store("prod")
+        settings.object_store("prod")
     with pytest.raises(ValueError, match=f"set {unset} "):
         resolved(build_resources("prod")["object_store"])
 
 
 def test_an_unknown_environment_is_refused(monkeypatch) -> None:
     with pytest.raises(ValueError, match="'staging'"):
-        environment.object_store("staging")
+        settings.object_store("staging")
     monkeypatch.setenv("BQ_PLATFORM_ENV", "staging")
     with pytest.raises(ValueError, match="BQ_PLATFORM_ENV must be 'local' or 'prod'"):
-        environment.env_name()
+        settings.env_name()
     monkeypatch.setenv("BQ_PLATFORM_ENV", "")
-    assert environment.env_name() == "local"
+    assert settings.env_name() == "local"
 
 
 def test_the_first_hour_from_the_environment(monkeypatch) -> None:
     monkeypatch.delenv("BQ_PLATFORM_FIRST_HOUR", raising=False)
-    assert environment.first_hour() == dt.datetime(1995, 8, 1, tzinfo=dt.UTC)
+    assert settings.first_hour() == dt.datetime(1995, 8, 1, tzinfo=dt.UTC)
     monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29T05")
-    assert environment.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
+    assert settings.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
     monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "2024-02-29-05:00")  # the older spelling
-    assert environment.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
+    assert settings.first_hour() == dt.datetime(2024, 2, 29, 5, tzinfo=dt.UTC)
     monkeypatch.setenv("BQ_PLATFORM_FIRST_HOUR", "yesterday")
     with pytest.raises(ValueError, match="not a UTC hour: 'yesterday'"):
-        environment.first_hour()
+        settings.first_hour()
 
 
 def test_resolved_production_resources_hold_the_values_not_the_names(prod_env) -> None:
@@ -132,18 +132,18 @@ def test_landing_a_tree_imports_no_dagster(tmp_path) -> None:
 
 
 def test_the_visitor_key_is_the_resources_key(monkeypatch, prod_env) -> None:
-    assert environment.visitor_key("prod") == "the-secret-key"
+    assert settings.visitor_key("prod") == "the-secret-key"
     assert resolved(build_resources("prod")["settings"]).visitor_key == "the-secret-key"
-    assert environment.visitor_key("local") == "the-secret-key"
+    assert settings.visitor_key("local") == "the-secret-key"
     monkeypatch.setenv("BQ_PLATFORM_VISITOR_KEY", "")
-    assert environment.visitor_key("local") == environment.LOCAL_VISITOR_KEY
-    assert build_resources("local")["settings"].visitor_key == environment.LOCAL_VISITOR_KEY
+    assert settings.visitor_key("local") == settings.LOCAL_VISITOR_KEY
+    assert build_resources("local")["settings"].visitor_key == settings.LOCAL_VISITOR_KEY
     with pytest.raises(ValueError, match="set BQ_PLATFORM_VISITOR_KEY"):
-        environment.visitor_key("prod")
+        settings.visitor_key("prod")
 
 
 def test_the_production_warehouse_is_the_resources_warehouse(prod_env, monkeypatch) -> None:
-    target = environment.bigquery_target()
+    target = settings.bigquery_target()
     bound = resolved(build_resources("prod")["warehouse"])
     assert (target.project, target.dataset, target.bucket) == (
         "the-project",
@@ -159,11 +159,11 @@ def test_the_production_warehouse_is_the_resources_warehouse(prod_env, monkeypat
     )
     monkeypatch.setenv("BQ_PLATFORM_BQ_LOCATION", "EU")
     monkeypatch.setenv("BQ_PLATFORM_BQ_JOB_PREFIX", "staging_")
-    assert environment.bigquery_target().location == "EU"
+    assert settings.bigquery_target().location == "EU"
     assert resolved(build_resources("prod")["warehouse"]).job_id_prefix == "staging_"
     monkeypatch.delenv("BQ_PLATFORM_BQ_DATASET")
     with pytest.raises(ValueError, match="set BQ_PLATFORM_BQ_DATASET "):
-        environment.bigquery_target()
+        settings.bigquery_target()
 
 
 def test_the_spark_settings_and_their_defaults(monkeypatch, tmp_path) -> None:
@@ -177,29 +177,29 @@ def test_the_spark_settings_and_their_defaults(monkeypatch, tmp_path) -> None:
         "BQ_PLATFORM_SPARK_SUBMIT",
     ):
         monkeypatch.delenv(name, raising=False)
-    assert environment.spark_master() == "local[*]" and environment.spark_master("yarn") == "yarn"
-    assert environment.shuffle_partitions(64) == 64
-    assert environment.spark_driver_memory() == "2g" and not environment.spark_verbose()
-    assert (environment.hourly_build(), environment.spark_submit()) == ("in-process", "")
+    assert settings.spark_master() == "local[*]" and settings.spark_master("yarn") == "yarn"
+    assert settings.shuffle_partitions(64) == 64
+    assert settings.spark_driver_memory() == "2g" and not settings.spark_verbose()
+    assert (settings.hourly_build(), settings.spark_submit()) == ("in-process", "")
     local = build_resources("local")["spark"].spark_config
     assert (local["spark.master"], local["spark.driver.memory"]) == ("local[*]", "2g")
 
     monkeypatch.setenv("BQ_PLATFORM_SPARK_MASTER", "local[1]")
     monkeypatch.setenv("BQ_PLATFORM_SPARK_DRIVER_MEMORY", "4g")
-    monkeypatch.setenv(environment.SPARK_VERBOSE, "1")
+    monkeypatch.setenv(settings.SPARK_VERBOSE, "1")
     local = build_resources("local")["spark"].spark_config
     assert (local["spark.master"], local["spark.driver.memory"]) == ("local[1]", "4g")
     assert "log4j2" not in local["spark.driver.extraJavaOptions"]
     monkeypatch.setenv("BQ_PLATFORM_BUILD", "elsewhere")
     with pytest.raises(ValueError, match="BQ_PLATFORM_BUILD must be one of in-process, spark-"):
-        environment.hourly_build()
+        settings.hourly_build()
 
 
 def test_the_application_gets_the_runs_settings_back(monkeypatch) -> None:
     """What a launcher hands a build application is what the application reads here."""
-    for name, value in environment.application_environment(
+    for name, value in settings.application_environment(
         visitor_key="the-runs-key", lines_per_pass=7
     ).items():
         monkeypatch.setenv(name, value)
-    assert environment.visitor_key("prod") == "the-runs-key"
-    assert environment.pipeline_settings("prod")["lines_per_pass"] == 7
+    assert settings.visitor_key("prod") == "the-runs-key"
+    assert settings.pipeline_settings("prod")["lines_per_pass"] == 7

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bq_platform import settings as environment
+from bq_platform import settings
 from bq_platform.cli.plan import plan as plan_command
 from bq_platform.lib.core.hours import hours_between
 from bq_platform.lib.core.layout import parse_hour_label
@@ -32,7 +32,7 @@ _CHATTY_LOGGERS = ("alembic", "py4j", "dagster")
 
 
 def _home() -> Path:
-    return environment.local_home()
+    return settings.local_home()
 
 
 def _ensure_dagster_home() -> Path:
@@ -54,7 +54,7 @@ def _runner(**kwargs: Any) -> "PipelineRunner":
     from bq_platform.cli.runner import PipelineRunner
 
     try:
-        return PipelineRunner.from_environment(environment.env_name(), **kwargs)
+        return PipelineRunner.from_environment(settings.env_name(), **kwargs)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -81,7 +81,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     if verbose:
-        os.environ[environment.SPARK_VERBOSE] = "1"  # read by environment.spark_verbose
+        os.environ[settings.SPARK_VERBOSE] = "1"  # read by settings.spark_verbose
 
 
 def _landed_summary(landed: Sequence[Any]) -> str:
@@ -123,7 +123,7 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
         raise click.UsageError("--source names one file: give exactly one FILE with it")
     store = _landing_store()
     hour = _parse_hour(default_hour) if default_hour else None
-    first_hour = environment.first_hour()
+    first_hour = settings.first_hour()
     landed = []
     try:
         for path in files:
@@ -156,7 +156,7 @@ def land_tree(root: str, workers: int | None) -> None:
         for site in land_sites(
             _landing_store,
             folders,
-            first_hour=environment.first_hour(),
+            first_hour=settings.first_hour(),
             workers=workers or default_workers(),
             log=log,
         ):
@@ -168,7 +168,7 @@ def land_tree(root: str, workers: int | None) -> None:
 def _landing_store() -> "ObjectStore":
     """The environment's object store, without Dagster (built in each worker, after its fork)."""
     try:
-        return environment.object_store(environment.env_name())
+        return settings.object_store(settings.env_name())
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
 

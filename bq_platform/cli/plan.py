@@ -12,24 +12,24 @@ import sys
 
 import click
 
-from bq_platform import settings as environment
+from bq_platform import settings
 from bq_platform.lib.core.hours import day_hours, hours_between, parse_hour_label
 
 
-def _target() -> environment.BigQueryTarget:
-    """The production warehouse, or a usage error when this is not a production environment."""
+def _target() -> settings.BigQueryTarget:
+    """The production warehouse, or a usage error when this is not a production settings."""
     try:
-        prod = environment.env_name() == "prod"
+        prod = settings.env_name() == "prod"
     except ValueError:
         prod = False
-    missing = environment.unset_variables(environment.BIGQUERY_VARIABLES)
+    missing = settings.unset_variables(settings.BIGQUERY_VARIABLES)
     if not prod or missing:
         raise click.UsageError(
             "plan renders the requests of a production run: set BQ_PLATFORM_ENV=prod and "
-            + ", ".join(environment.BIGQUERY_VARIABLES)
+            + ", ".join(settings.BIGQUERY_VARIABLES)
             + (f" (missing: {', '.join(missing)})" if missing else "")
         )
-    return environment.bigquery_target()
+    return settings.bigquery_target()
 
 
 @click.command()
@@ -62,7 +62,7 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
         raise click.UsageError(str(exc)) from exc
     project, dataset, location = target.project, target.dataset, target.location
     if offline:
-        store = GsUriStore(LocalObjectStore(str(environment.local_lake())), target.bucket)
+        store = GsUriStore(LocalObjectStore(str(settings.local_lake())), target.bucket)
         session = RecordingSession(offline=True, location=location)
         credentials = google.auth.credentials.AnonymousCredentials()
     else:

@@ -10,10 +10,10 @@ import datetime as dt
 
 import dagster as dg
 
-from bq_platform import settings as environment
+from bq_platform import settings
 from bq_platform.lib.core.hours import HOURLY_PARTITION_FMT, days_between, hours_between
 
-FIRST_HOUR: dt.datetime = environment.first_hour()
+FIRST_HOUR: dt.datetime = settings.first_hour()
 
 hourly_partitions = dg.HourlyPartitionsDefinition(
     start_date=FIRST_HOUR, timezone="UTC", fmt=HOURLY_PARTITION_FMT

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import dagster as dg
 from pydantic import PrivateAttr
 
-from bq_platform import settings as environment
+from bq_platform import settings
 from bq_platform.defs.pageviews.spark_build import hourly_build
 from bq_platform.lib.hourly_build.read import DEFAULT_LINES_PER_PASS
 from bq_platform.lib.hourly_build.spark import spark_config
@@ -164,17 +164,17 @@ class PipelineSettings(dg.ConfigurableResource):
 def build_resources(env: str) -> dict[str, Any]:
     """The resources of ``env`` (``local`` or ``prod``); ValueError for another."""
     if env == "local":
-        home = environment.local_home()
-        key = environment.visitor_key("local")
-        if key == environment.LOCAL_VISITOR_KEY:
+        home = settings.local_home()
+        key = settings.visitor_key("local")
+        if key == settings.LOCAL_VISITOR_KEY:
             logging.getLogger(__name__).info(
                 "BQ_PLATFORM_VISITOR_KEY is not set: using the local development key"
             )
         return {
-            "object_store": LocalObjectStoreResource(root=str(environment.local_lake())),
+            "object_store": LocalObjectStoreResource(root=str(settings.local_lake())),
             "warehouse": DuckDBWarehouseResource(path=str(home / "warehouse.duckdb")),
-            "spark": hourly_build(_spark_config(environment.spark_master("local[*]"))),
-            "settings": PipelineSettings(visitor_key=key, **environment.pipeline_settings("local")),
+            "spark": hourly_build(_spark_config(settings.spark_master("local[*]"))),
+            "settings": PipelineSettings(visitor_key=key, **settings.pipeline_settings("local")),
         }
     if env == "prod":
         return {
@@ -185,21 +185,21 @@ def build_resources(env: str) -> dict[str, Any]:
             "warehouse": BigQueryWarehouseResource(
                 project=dg.EnvVar("BQ_PLATFORM_GCP_PROJECT"),
                 dataset=dg.EnvVar("BQ_PLATFORM_BQ_DATASET"),
-                location=environment.bigquery_location(),
-                job_id_prefix=environment.bigquery_job_prefix(),
+                location=settings.bigquery_location(),
+                job_id_prefix=settings.bigquery_job_prefix(),
             ),
             "spark": hourly_build(
                 _spark_config(
-                    environment.spark_master("yarn"),
-                    shuffle_partitions=environment.shuffle_partitions(64),
+                    settings.spark_master("yarn"),
+                    shuffle_partitions=settings.shuffle_partitions(64),
                 )
             ),
             "settings": PipelineSettings(
                 visitor_key=dg.EnvVar("BQ_PLATFORM_VISITOR_KEY"),
-                **environment.pipeline_settings("prod"),
+                **settings.pipeline_settings("prod"),
             ),
         }
-    raise environment.unknown_environment(env)
+    raise settings.unknown_environment(env)
 
 
 def _spark_config(master: str, shuffle_partitions: int = 8) -> dict[str, Any]:
@@ -208,8 +208,8 @@ def _spark_config(master: str, shuffle_partitions: int = 8) -> dict[str, Any]:
     return spark_config(
         master,
         shuffle_partitions,
-        verbose=environment.spark_verbose(),
-        driver_memory=environment.spark_driver_memory(),
+        verbose=settings.spark_verbose(),
+        driver_memory=settings.spark_driver_memory(),
     )
 
 
@@ -242,6 +242,6 @@ def resolved(resource: R) -> R:
 def resources() -> dg.Definitions:
     """Binds the resources of ``BQ_PLATFORM_ENV`` (default ``local``) when the code loads."""
     return dg.Definitions(
-        resources=build_resources(environment.env_name()),
+        resources=build_resources(settings.env_name()),
         executor=dg.in_process_executor,
     )

@@ -82,7 +82,9 @@ def pageview_files(
     )
     store = object_store.get_store()
     started = time.monotonic()
-    manifests = spark.build(context, store, hours, attempt_id=attempt_id, settings=settings)
+    manifests = spark.build(
+        context, store, hours, attempt_id=attempt_id, pipeline_settings=settings
+    )
     seconds = time.monotonic() - started
     problems = [p for m in manifests for p in m.accounting_problems()]
     if problems:

@@ -27,7 +27,7 @@ from typing import Any
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
-from bq_platform import settings as environment
+from bq_platform import settings
 from bq_platform.defs.partitions import FIRST_HOUR
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.hours import hour_label
@@ -52,7 +52,7 @@ class HourlyBuildResource(dg.ConfigurableResource, abc.ABC):
         hours: list[dt.datetime],
         *,
         attempt_id: str,
-        settings: Any,
+        pipeline_settings: Any,
     ) -> list[HourManifest]:
         """Build ``hours`` (UTC) as attempt ``attempt_id`` with the run's ``PipelineSettings``;
         the hour manifests written, in hour order.
@@ -116,15 +116,16 @@ class SparkSubmitBuild(HourlyBuildResource):
         args += [arg for key, value in config.items() for arg in ("--conf", f"{key}={value}")]
         return [*args, str(BUILD_APP), *_hours_arguments(hours, attempt_id)]
 
-    def build(self, context, store, hours, *, attempt_id, settings) -> list[HourManifest]:
+    def build(self, context, store, hours, *, attempt_id, pipeline_settings) -> list[HourManifest]:
         """A landing fault in the application is raised as the LandingError it was, read from
         its error file, so that ``fail_fast`` does not retry it."""
         command = self.command(hours, attempt_id)
         _check_same_lake(store)
         # The run's own settings, not the application's reading of the environment: the same
         # visitor IDs and sample whatever the resource was configured with.
-        env = environment.application_environment(
-            visitor_key=settings.visitor_key, lines_per_pass=settings.lines_per_pass
+        env = settings.application_environment(
+            visitor_key=pipeline_settings.visitor_key,
+            lines_per_pass=pipeline_settings.lines_per_pass,
         )
         # the application's driver inherits it: a local one binds to loopback
         prepare_driver_env(str(self.spark_config.get("spark.master", "local[*]")))
@@ -151,7 +152,7 @@ def _check_same_lake(store: ObjectStore) -> None:
     landing zone's URI, no request sent."""
     ours = store.uri(layout.LANDING_PREFIX)
     try:
-        theirs = environment.object_store(environment.env_name()).uri(layout.LANDING_PREFIX)
+        theirs = settings.object_store(settings.env_name()).uri(layout.LANDING_PREFIX)
     except ValueError as exc:
         theirs = f"none ({exc})"
     if theirs != ours:
@@ -184,14 +185,14 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.prepare_environment()
 
-    def build(self, context, store, hours, *, attempt_id, settings) -> list[HourManifest]:
+    def build(self, context, store, hours, *, attempt_id, pipeline_settings) -> list[HourManifest]:
         job = BuildJob(
             hours=hours,
             attempt_id=attempt_id,
             store=store,
-            visitor_key=settings.visitor_key,
+            visitor_key=pipeline_settings.visitor_key,
             window=HourWindow.until_now(FIRST_HOUR),
-            lines_per_pass=settings.lines_per_pass,
+            lines_per_pass=pipeline_settings.lines_per_pass,
         )
         return run_job(job, context.log, session=lambda: self.spark_session)
 
@@ -204,6 +205,6 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
 def hourly_build(config: dict[str, str]) -> HourlyBuildResource:
     """The ``spark`` resource ``BQ_PLATFORM_BUILD`` names, with the Spark settings ``config``;
     ValueError for an unknown build."""
-    if environment.hourly_build() == "spark-submit":
-        return SparkSubmitBuild(spark_config=config, spark_submit=environment.spark_submit())
+    if settings.hourly_build() == "spark-submit":
+        return SparkSubmitBuild(spark_config=config, spark_submit=settings.spark_submit())
     return SparkResource(spark_config=config)
