@@ -17,7 +17,7 @@ from bq_platform.lib.core.hours import day_hours, hours_between, parse_hour_labe
 
 
 def _target() -> settings.BigQueryTarget:
-    """The production warehouse, or a usage error when this is not a production settings."""
+    """The production warehouse, or a usage error outside a production deployment."""
     try:
         prod = settings.env_name() == "prod"
     except ValueError:
