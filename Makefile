@@ -39,6 +39,7 @@ lock:
 ## run: land the bundled real logs and process every landed day (local: files, DuckDB, Spark local[*])
 run: install
 	$(BIN)/bq-platform land-tree $(SHARED_DATA)/access_logs
+	$(BIN)/bq-platform land-tree $(SHARED_DATA)/modern_logs
 	$(BIN)/bq-platform run
 
 ## test: the whole test suite, emulators included
