@@ -20,13 +20,11 @@ from typing import Any, TextIO
 import dagster as dg
 import yaml
 
+from bq_platform.defs.run_tags import CLI_TRIGGER, IN_PROGRESS_STATUSES, PID_TAG, TRIGGER_TAG
+
 log = logging.getLogger(__name__)
 
 RUN_LOCK_NAME = "bq_platform.run.lock"
-#: Tag of the runs ``bq-platform run`` starts, and of the process that ran them.
-TRIGGER_TAG = "bq_platform/trigger"
-PID_TAG = "bq_platform/pid"
-CLI_TRIGGER = "cli"
 #: How long a second ``bq-platform run`` waits for the first by default (seconds).
 DEFAULT_LOCK_WAIT_SECONDS = 3600.0
 _LOCK_POLL_SECONDS = 0.5
@@ -205,12 +203,7 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     other ``bq-platform run`` is alive then. ``dagster dev``'s runs are left to the daemon."""
     runs = instance.get_runs(
         filters=dg.RunsFilter(
-            statuses=[
-                dg.DagsterRunStatus.STARTED,
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.CANCELING,
-            ],
+            statuses=list(IN_PROGRESS_STATUSES),
             tags={TRIGGER_TAG: CLI_TRIGGER},
         )
     )

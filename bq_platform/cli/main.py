@@ -114,25 +114,40 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
 
     Each file is a source (site + name): landing it again lands only the lines added since
     (a growing log counts once), repairs landed objects that went missing or corrupt, and
-    starts over when the file was rotated or truncated.
+    starts over when the file was rotated or truncated. A file that fails is named and the
+    others still land; the exit status is then 1.
     """
-    from bq_platform.lib.core.manifest import LandingError
-    from bq_platform.lib.landing.producer.land import land_file
+    from bq_platform.lib.core.layout import validate_site
+    from bq_platform.lib.landing.producer.land import land_all
 
     if source is not None and len(files) != 1:
         raise click.UsageError("--source names one file: give exactly one FILE with it")
+    try:
+        validate_site(site)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     store = _landing_store()
     hour = _parse_hour(default_hour) if default_hour else None
-    first_hour = settings.first_hour()
-    landed = []
-    try:
-        for path in files:
-            landed += land_file(
-                store, site, path, source=source, default_hour=hour, first_hour=first_hour, log=log
-            )
-    except (LandingError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"{site}: {_landed_summary(landed)}")
+    landed, failed = land_all(
+        store,
+        site,
+        files,
+        source=source,
+        default_hour=hour,
+        first_hour=settings.first_hour(),
+        log=log,
+    )
+    if len(failed) < len(files):
+        click.echo(f"{site}: {_landed_summary(landed)}")
+    if len(files) == 1 and failed:
+        raise click.ClickException(failed[0].reason)
+    for failure in failed:
+        click.echo(failure.reason, err=True)
+    if failed:
+        raise click.ClickException(
+            f"{len(failed)} of {len(files)} files did not land (above); fix them and land them "
+            "again: what landed is kept, and nothing counts twice"
+        )
 
 
 @main.command("land-tree")
@@ -146,11 +161,13 @@ def land(site: str, default_hour: str | None, source: str | None, files: Sequenc
 def land_tree(root: str, workers: int | None) -> None:
     """Land every file under ROOT/<site>/ (the folder name is the site; each file a source).
 
-    Sites land in parallel; one line per site, in name order.
+    Sites land in parallel; one line per site, in name order. A file that fails is named on
+    its site's line and the rest still lands; the exit status is then 1.
     """
     from bq_platform.lib.core.manifest import LandingError
     from bq_platform.lib.landing.producer.tree import default_workers, land_sites, site_folders
 
+    failed_sites = []
     try:
         folders = site_folders(root)
         for site in land_sites(
@@ -160,9 +177,20 @@ def land_tree(root: str, workers: int | None) -> None:
             workers=workers or default_workers(),
             log=log,
         ):
-            click.echo(f"{site.site}: {site.files} files, {_landed_summary(site.landed)}")
+            line = f"{site.site}: {site.files} files, {_landed_summary(site.landed)}"
+            if site.failed:
+                failed_sites.append(site.site)
+                reasons = "; ".join(f.reason for f in site.failed)
+                line += f"; {len(site.failed)} FAILED: {reasons}"
+            click.echo(line)
     except (LandingError, ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
+    if failed_sites:
+        raise click.ClickException(
+            f"{len(failed_sites)} of {len(folders)} sites have files that did not land "
+            f"({', '.join(failed_sites)}: see above); fix them and run land-tree again: what "
+            "landed is kept, and nothing counts twice"
+        )
 
 
 def _landing_store() -> "ObjectStore":
@@ -203,28 +231,45 @@ def run(
     force: bool,
     wait_seconds: float,
 ) -> None:
-    """Process every landed day not yet published (or the hours START..END) through Dagster."""
+    """Process every landed day not yet published (or the hours START..END) through Dagster.
+
+    SIGTERM or SIGINT stops it within seconds: its runs are marked canceled, one line names the
+    signal, and the exit status is 128 + the signal's number (143, 130); a later ``run``
+    continues where it stopped.
+    """
     import dagster as dg
 
     from bq_platform.cli.instance import RunLockTimeout, dagster_home, fail_dead_runs, run_lock
+    from bq_platform.cli.signals import Stopped, finish, stop_on_signals
 
     home = dagster_home(_home() / "dagster_home")
     hours = _hour_range(start, end)
-    try:
-        with run_lock(home, wait_seconds, on_wait=lambda m: click.echo(m, err=True)):
-            # The config written, the instance created and its SQLite schema migrated by the
-            # lock holder only.
-            _ensure_dagster_home()
-            runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"])
-            started = time.monotonic()
-            todo = runner.plan(hours, force)
-            with dg.DagsterInstance.get() as instance:
-                for run_id in fail_dead_runs(instance):
-                    click.echo(f"run {run_id} lost its process (killed?): marked failed")
-                runner.instance = instance
-                _run(runner, todo, started, allow_incomplete, allow_rejected)
-    except RunLockTimeout as exc:
-        raise click.ClickException(str(exc)) from exc
+    with stop_on_signals(echo=_echo_err):
+        try:
+            with run_lock(home, wait_seconds, on_wait=_echo_err):
+                # The config written, the instance created and its SQLite schema migrated by
+                # the lock holder only.
+                _ensure_dagster_home()
+                runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"])
+                started = time.monotonic()
+                with dg.DagsterInstance.get() as instance:
+                    try:
+                        for run_id in fail_dead_runs(instance):
+                            click.echo(f"run {run_id} lost its process (killed?): marked failed")
+                        runner.instance = instance
+                        # After fail_dead_runs: a killed publish run counts as failed in the plan.
+                        todo = runner.plan(hours, force)
+                        _run(runner, todo, started, allow_incomplete, allow_rejected)
+                    except Stopped as stop:
+                        finish(stop, instance, _echo_err)
+        except Stopped as stop:  # before the instance was opened: no run to end
+            finish(stop, None, _echo_err)
+        except RunLockTimeout as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _echo_err(message: str) -> None:
+    click.echo(message, err=True)
 
 
 def _hour_range(start: str | None, end: str | None) -> list[dt.datetime] | None:

@@ -2,9 +2,11 @@
 
 Due days run in batches of consecutive days (:func:`~bq_platform.lib.planning.batches`): one
 hourly run over the batch's hours (one Spark pass), then the daily publish; a failed batch is
-redone day by day. A day whose publish records already name its current content is skipped, so
-a second ``run`` changes nothing. Unless ``verbose``, Dagster's console log is off and the
-runner prints one line per step and day, and each failure once, without traceback.
+redone day by day. A day whose publish records already name its current content, and whose
+last daily run did not fail, is skipped (:func:`~bq_platform.lib.planning.plan_day`), so a
+second ``run`` changes nothing. Unless ``verbose``, Dagster's console log is off and the runner
+prints one line per step and day, and each failure once, without traceback, naming where it
+happened and the fix.
 """
 
 import dataclasses
@@ -17,11 +19,13 @@ from typing import Any
 
 import dagster as dg
 
-from bq_platform.cli.instance import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.cli.progress import RunProgress
+from bq_platform.cli.signals import raise_if_stopped
+from bq_platform.defs.publish_status import failed_publishes
+from bq_platform.defs.run_tags import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 from bq_platform.lib.core.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.core.manifest import ManifestError
-from bq_platform.lib.core.reporting import summary_table
+from bq_platform.lib.core.reporting import CheckFailure, capped, summary_table
 from bq_platform.lib.hourly_build.retention import clean_staging
 from bq_platform.lib.planning import batches, plan_day, scan_window
 from bq_platform.lib.storage.base import ObjectStore
@@ -60,6 +64,10 @@ class PipelineRunner:
     check_results: dict[dt.date, list[tuple[str, str, bool]]] = dataclasses.field(
         default_factory=dict
     )
+    check_failures: dict[dt.date, list[CheckFailure]] = dataclasses.field(default_factory=dict)
+    """The failed check results of this invocation's runs, per UTC day of their partition."""
+    printed_failures: set[str] = dataclasses.field(default_factory=set)
+    """Failure lines printed so far: each is printed once."""
 
     @classmethod
     def from_environment(
@@ -110,8 +118,9 @@ class PipelineRunner:
         self, hours: Sequence[dt.datetime] | None = None, force: bool = False
     ) -> dict[dt.date, list[dt.datetime]]:
         """The hours to build, by UTC day: ``hours``, or those of every due landed day (each
-        day's verdict echoed; ``force``: every landed day). Reads the landing zone and the
-        warehouse only, then releases the warehouse file.
+        day's verdict echoed; ``force``: every landed day). Reads the landing zone, the
+        warehouse and the days' latest publish runs in :attr:`instance` (a day whose latest
+        one failed is due), then releases the warehouse file.
         """
         if hours is None:
             index = scan_window(self.store, self.lookback_days)
@@ -122,7 +131,15 @@ class PipelineRunner:
             days = self.landed_days = index.days()
             if not days:
                 self.echo(index.empty_reason())
-            plans = [plan_day(d, index, self.store, self.warehouse, self.visitor_key) for d in days]
+            failed = {}
+            if days:
+                failed = failed_publishes(self.instance or dg.DagsterInstance.get(), days)
+            plans = [
+                plan_day(
+                    d, index, self.store, self.warehouse, self.visitor_key, failed_publishes=failed
+                )
+                for d in days
+            ]
             for plan in plans:
                 verdict = "due" if plan.due else ("forced" if force else "skip")
                 self.echo(f"{plan.day}: {verdict} ({plan.reason})")
@@ -200,6 +217,7 @@ class PipelineRunner:
             raise_on_error=False,
         )
         self._echo_steps(progress, hourly)
+        raise_if_stopped(hourly.run_id)  # a stop signal during the run ended it
         return hourly
 
     def _publish(
@@ -235,6 +253,7 @@ class PipelineRunner:
             raise_on_error=False,
         )
         self._echo_steps(progress, daily)
+        raise_if_stopped(daily.run_id)
         if not daily.success:
             self.echo(f"{label}: publish run {daily.run_id} FAILED: {self._failure(daily)}")
             if len(days) == 1:
@@ -281,34 +300,87 @@ class PipelineRunner:
             progress.done(result)
 
     def _record_checks(self, result: Any, default: dt.date | None = None) -> None:
-        """Keep the run's check results per UTC day of their partition (``check_results``);
-        a result without a partition counts for ``default`` (if given)."""
+        """Keep the run's check results per UTC day of their partition (``check_results``, and
+        the failed ones in ``check_failures``); a result without a partition counts for
+        ``default`` (if given)."""
         for evaluation in result.get_asset_check_evaluations():
             day = partition_day(evaluation.partition) or default
             if day is None:
                 continue
+            asset = evaluation.asset_key.to_user_string()
             self.check_results.setdefault(day, []).append(
-                (evaluation.asset_key.to_user_string(), evaluation.check_name, evaluation.passed)
+                (asset, evaluation.check_name, evaluation.passed)
             )
+            if not evaluation.passed:
+                self.check_failures.setdefault(day, []).append(self._check_failure(evaluation))
 
     def _failure(self, result: Any) -> str:
-        """The first step failure's message, once; with ``verbose``, its traceback too."""
+        """The first step failure's message: a failed blocking check's description (where, and
+        what to do), at most :data:`~bq_platform.lib.core.reporting.MAX_FAILURE_LINES` of them,
+        one line each; else the exception's message. A line printed before is not repeated.
+        With ``verbose``, the traceback."""
         for event in result.all_events:
             if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
                 error = event.step_failure_data.error
                 if self.verbose:
                     return f"{event.step_key}: {error.to_string()}"
+                checks = [f.line() for f in self._blocking_failures(result, event.step_key)]
                 user = event.step_failure_data.user_failure_data
-                if user is not None and user.description:
-                    message = user.description  # a dg.Failure: the message our code wrote
+                if checks:
+                    lines = capped(checks)
+                elif user is not None and user.description:
+                    lines = [user.description.strip()]  # a dg.Failure: our code's message
                 else:  # another exception, wrapped by Dagster: the original's "Type: message"
-                    message = (error.cause or error).message
-                return f"{event.step_key}: {message.strip()}"
+                    lines = [(error.cause or error).message.strip()]
+                lines = self._once(lines)
+                if len(lines) == 1:
+                    return f"{event.step_key}: {lines[0]}"
+                return f"{event.step_key}:" + "".join(f"\n  {line}" for line in lines)
         return "see the run's logs (bq-platform -v run, or the Dagster UI)"
+
+    def _once(self, lines: Sequence[str]) -> list[str]:
+        """``lines`` not printed before, then ``the same failure(s) as above`` for the others;
+        remembers them all as printed."""
+        new = [line for line in lines if line not in self.printed_failures]
+        self.printed_failures.update(lines)
+        repeated = len(lines) - len(new)
+        if repeated:
+            new.append(f"the same {'failure' if repeated == 1 else 'failures'} as above")
+        return new
+
+    @staticmethod
+    def _check_failure(evaluation: dg.AssetCheckEvaluation) -> CheckFailure:
+        """A failed check evaluation as the runner prints it (its description carries where
+        and what to do)."""
+        return CheckFailure(
+            asset=evaluation.asset_key.to_user_string(),
+            check=evaluation.check_name,
+            partition=evaluation.partition,
+            description=evaluation.description or "",
+            blocking=bool(evaluation.blocking)
+            and evaluation.severity == dg.AssetCheckSeverity.ERROR,
+        )
+
+    @classmethod
+    def _blocking_failures(cls, result: Any, step_key: str | None) -> list[CheckFailure]:
+        """The failed blocking checks (ERROR severity) that step ``step_key`` of ``result``
+        reported: what made Dagster fail that step."""
+        failures = []
+        for event in result.all_events:
+            if (
+                event.event_type_value == dg.DagsterEventType.ASSET_CHECK_EVALUATION.value
+                and event.step_key == step_key
+                and not event.asset_check_evaluation_data.passed
+            ):
+                failure = cls._check_failure(event.asset_check_evaluation_data)
+                if failure.blocking:
+                    failures.append(failure)
+        return failures
 
     def print_summary(self, days: Iterable[dt.date]) -> None:
         """Per day and site: source lines, pageviews, non-page hits, rejected, duplicates,
-        out of window, balanced hours, and the check results of this invocation's runs."""
+        out of window, balanced hours, and the check results of this invocation's runs, with
+        the descriptions of the failed ones not printed before."""
         days = sorted(set(days))
         if not days:
             return
@@ -316,6 +388,10 @@ class PipelineRunner:
         for day in days:
             hours = day_hours(day)
             rows[day] = self.warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+        failures = {
+            day: [f for f in found if f.line() not in self.printed_failures]
+            for day, found in self.check_failures.items()
+        }
         self.echo("")
-        for line in summary_table(rows, self.check_results):
+        for line in summary_table(rows, self.check_results, failures):
             self.echo(line)

@@ -1,7 +1,9 @@
 """Jobs and the automation that brings every closed day with landed data to published.
 
 The sensor (stopped by default) asks :func:`bq_platform.lib.planning.plan_automation`, the
-answer ``bq-platform run`` uses, what is due; it reads what is materialized, not a cursor.
+answer ``bq-platform run`` uses, what is due; it reads what is materialized and the days whose
+latest publish run failed (:func:`bq_platform.defs.publish_status.failed_publishes`), not a
+cursor.
 A sensor rather than ``AutomationCondition``: "what needs to run" is content-based
 (fingerprints), is needed by the CLI without a daemon too, and counts hours without any landed
 file once their day closes; plain Python keeps that one answer testable and shared.
@@ -12,9 +14,17 @@ import datetime as dt
 import dagster as dg
 
 from bq_platform.defs.partitions import daily_partitions, hourly_partitions
+from bq_platform.defs.publish_status import DAILY_JOB, failed_publishes, run_days
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
-from bq_platform.lib.core.hours import days_between, hour_label, partition_day
-from bq_platform.lib.planning import AutomationPlan, plan_automation, scan_window
+from bq_platform.defs.run_tags import AUTOMATION_TRIGGER, IN_PROGRESS_STATUSES, TRIGGER_TAG
+from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.planning import (
+    MAX_RETRY_BACKOFF,
+    RETRY_BACKOFF,
+    AutomationPlan,
+    plan_automation,
+    scan_window,
+)
 
 HOURLY_SELECTION = dg.AssetSelection.assets(
     ["lake", "pageview_files"],
@@ -30,13 +40,6 @@ DAILY_SELECTION = dg.AssetSelection.assets(
 )
 MINIMUM_INTERVAL_SECONDS = 60
 """Seconds between two evaluations of the automation sensor."""
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-TRIGGER_TAG = "bq_platform/trigger"
 
 pageviews_hourly_job = dg.define_asset_job(
     "pageviews_hourly_job",
@@ -45,7 +48,7 @@ pageviews_hourly_job = dg.define_asset_job(
     description="Build, stage and audit a range of UTC hours (one Spark session per run).",
 )
 pageviews_daily_job = dg.define_asset_job(
-    "pageviews_daily_job",
+    DAILY_JOB,
     selection=DAILY_SELECTION,
     partitions_def=daily_partitions,
     description="Publish one UTC day into pageviews and pageviews_sample (copy jobs), load its "
@@ -53,23 +56,13 @@ pageviews_daily_job = dg.define_asset_job(
 )
 
 
-def run_days(tags: dg.DagsterRun | dict[str, str]) -> list[dt.date]:
-    """UTC days a pipeline run covers, from its partition tags (an hourly or daily range, or
-    one day)."""
-    tags = tags.tags if isinstance(tags, dg.DagsterRun) else tags
-    start = tags.get("dagster/asset_partition_range_start") or tags.get("dagster/partition")
-    end = tags.get("dagster/asset_partition_range_end") or start
-    if not start or not end:
-        return []
-    first, last = partition_day(start), partition_day(end)
-    return days_between(first, last + dt.timedelta(days=1))
-
-
 def busy_days(instance: dg.DagsterInstance) -> set[dt.date]:
     """Days covered by a queued or running hourly or daily run."""
     days: set[dt.date] = set()
     for job in (pageviews_hourly_job.name, pageviews_daily_job.name):
-        for run in instance.get_runs(dg.RunsFilter(job_name=job, statuses=IN_FLIGHT)):
+        for run in instance.get_runs(
+            dg.RunsFilter(job_name=job, statuses=list(IN_PROGRESS_STATUSES))
+        ):
             days.update(run_days(run))
     return days
 
@@ -78,7 +71,7 @@ def run_requests(plan: AutomationPlan) -> list[dg.RunRequest]:
     """Dagster run requests for an automation plan (deterministic run keys)."""
     out = []
     for request in plan.requests:
-        tags = {TRIGGER_TAG: "automation", "bq_platform/reason": request.reason[:200]}
+        tags = {TRIGGER_TAG: AUTOMATION_TRIGGER, "bq_platform/reason": request.reason[:200]}
         if request.kind == "build":
             out.append(
                 dg.RunRequest(
@@ -110,7 +103,10 @@ def run_requests(plan: AutomationPlan) -> list[dg.RunRequest]:
     default_status=dg.DefaultSensorStatus.STOPPED,
     description="Brings every closed UTC day with landed data to published: builds new, late "
     "and empty hours, then publishes the day. Reads hour manifests and publish records (what "
-    "is materialized), so turning it on requests only what is not yet done. With "
+    "is materialized), so turning it on requests only what is not yet done. A day whose last "
+    f"publish run failed is published again, {RETRY_BACKOFF.total_seconds() / 60:g} minutes "
+    "after the failure, then with doubling waits (at most "
+    f"{MAX_RETRY_BACKOFF.total_seconds() / 3600:g} hours) while it keeps failing. With "
     "BQ_PLATFORM_LOOKBACK_DAYS set, only the days of that window are planned (older days: "
     "backfill their partitions). Stopped by default: turn it on in Automation.",
 )
@@ -124,13 +120,15 @@ def pageviews_automation_sensor(
     wh = warehouse.new_warehouse()  # a tick reads the state afresh (no cache of a prior tick)
     try:
         now = dt.datetime.now(dt.UTC)
+        index = scan_window(store, settings.lookback_days, now)
         plan = plan_automation(
-            scan_window(store, settings.lookback_days, now),
+            index,
             store,
             wh,
             settings.visitor_key,
             now=now,
             busy_days=busy_days(context.instance),
+            failed_publishes=failed_publishes(context.instance, index.days()),
         )
     finally:
         wh.close()

@@ -1,13 +1,15 @@
 """What needs to run: the one answer, used by ``bq-platform run`` and by the automation sensor.
 
 A day is up to date when each of its 24 hour manifests has the fingerprint of the content now
-landed and the publish records of :data:`PUBLISHED_TABLES` name the day's fingerprint; the
-state is read from what is materialized, never from a cursor.
+landed, the publish records of :data:`PUBLISHED_TABLES` name the day's fingerprint, and its
+latest publish run did not fail (:class:`FailedPublish`, read from the orchestrator by the
+caller); the state is read from what is materialized and recorded, never from a cursor.
 
 An hour is *closed* :data:`CLOSE_AFTER` after it ends. The automation builds closed hours with
 landed data or an earlier build, a day's empty hours once the whole day is closed, and
 publishes a closed day whose 24 hours are current. ``now=None`` (``bq-platform run``) treats
-every hour as closed.
+every hour as closed. A day whose latest publish run failed is published again: by
+``bq-platform run`` at once, by the automation after :meth:`FailedPublish.retry_at`.
 """
 
 import dataclasses
@@ -38,6 +40,43 @@ from bq_platform.lib.warehouse.schema import (
 PUBLISHED_TABLES = (PAGEVIEWS_TABLE, PAGEVIEWS_SAMPLE_TABLE, DEADLETTERS_TABLE)
 CLOSE_AFTER = dt.timedelta(minutes=15)
 """An hour is closed this long after its end; later files re-run their hour."""
+RETRY_BACKOFF = dt.timedelta(minutes=5)
+"""The automation publishes a day again this long after its publish run failed, twice as long
+after each further failure in a row, at most :data:`MAX_RETRY_BACKOFF`."""
+MAX_RETRY_BACKOFF = dt.timedelta(hours=6)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedPublish:
+    """A day's latest publish run (the daily job) ended without success.
+
+    Attributes:
+        run_id: that run's ID.
+        status: ``failed`` or ``canceled``.
+        steps: the step keys that failed in it; empty if it failed outside a step or was
+            canceled.
+        failures: publish runs of the day in a row that did not succeed, up to the latest
+            (at least 1).
+        ended: when the latest one ended (timezone-aware).
+    """
+
+    run_id: str
+    status: str
+    steps: tuple[str, ...]
+    failures: int
+    ended: dt.datetime
+
+    def describe(self) -> str:
+        """``last publish run <ID prefix> failed in <steps>``, for the plan's reason."""
+        where = f" in {', '.join(self.steps)}" if self.steps else ""
+        return f"last publish run {self.run_id[:8]} {self.status}{where}"
+
+    def retry_at(self) -> dt.datetime:
+        """When the automation publishes the day again: :data:`RETRY_BACKOFF` after the end of
+        the latest failure, doubled for each earlier one in the row, at most
+        :data:`MAX_RETRY_BACKOFF` (bounded retries with exponential backoff)."""
+        doublings = min(max(self.failures - 1, 0), 16)
+        return self.ended + min(RETRY_BACKOFF * 2**doublings, MAX_RETRY_BACKOFF)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +89,7 @@ class DayPlan:
         build: closed hours to (re)build, stage and audit, in time order.
         publish: every hour is current and the day is closed: publish it.
         hour_fingerprints: ``{hour label: expected fingerprint}`` of all 24 hours.
+        failed: the day's latest publish run, if it did not succeed.
     """
 
     day: dt.date
@@ -59,6 +99,7 @@ class DayPlan:
     publish: bool = False
     closed: bool = True
     hour_fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)
+    failed: FailedPublish | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -115,11 +156,15 @@ def plan_day(
     warehouse: Warehouse,
     visitor_key: str,
     now: dt.datetime | None = None,
+    failed_publishes: Mapping[dt.date, FailedPublish] | None = None,
 ) -> DayPlan:
     """Decide what ``day`` needs; reads hour manifests and publish records only (no scans).
 
     ``now``: the current UTC time for the automation; None (the CLI) treats every hour as
-    closed.
+    closed. ``failed_publishes``: the days whose latest publish run did not succeed
+    (:func:`bq_platform.defs.publish_status.failed_publishes`); such a closed day with current
+    hours is due to publish, with the failure in the reason, for the automation not before
+    :meth:`FailedPublish.retry_at`.
 
     Raises:
         ManifestError: if an hour manifest is unreadable (names the object).
@@ -156,17 +201,26 @@ def plan_day(
             hour_fingerprints=expected,
         )
     want = day_fingerprint(expected)
+    failed = (failed_publishes or {}).get(day)
+    reasons = [failed.describe()] if failed else []
     for table in PUBLISHED_TABLES:
         record = warehouse.read_publish_record(table, day_partition(day))
         if record is None or record.fingerprint != want:
-            return DayPlan(
-                day,
-                True,
-                f"{table}${day_partition(day)} not published for this content",
-                publish=True,
-                hour_fingerprints=expected,
-            )
-    return DayPlan(day, False, "up to date", hour_fingerprints=expected)
+            reasons.insert(0, f"{table}${day_partition(day)} not published for this content")
+            break
+    if not reasons:
+        return DayPlan(day, False, "up to date", hour_fingerprints=expected)
+    reason = "; ".join(reasons)
+    if failed and now is not None and now < failed.retry_at():
+        retry = failed.retry_at().astimezone(dt.UTC)
+        return DayPlan(
+            day,
+            False,
+            f"{reason}; the automation publishes it again from {retry:%Y-%m-%dT%H:%M}Z",
+            hour_fingerprints=expected,
+            failed=failed,
+        )
+    return DayPlan(day, True, reason, publish=True, hour_fingerprints=expected, failed=failed)
 
 
 def contiguous(hours: Sequence[dt.datetime]) -> list[list[dt.datetime]]:
@@ -221,10 +275,12 @@ def plan_automation(
     visitor_key: str,
     now: dt.datetime,
     busy_days: Collection[dt.date] = (),
+    failed_publishes: Mapping[dt.date, FailedPublish] | None = None,
 ) -> AutomationPlan:
     """Runs the automation requests for every landed day except ``busy_days`` (a run is
-    queued or running). Run keys carry the content fingerprint, so a tick repeats nothing
-    already requested, and a late file gets a new key."""
+    queued or running); ``failed_publishes`` as :func:`plan_day`. Run keys carry the content
+    fingerprint, so a tick repeats nothing already requested, and a late file gets a new key;
+    a publish after a failed one carries the failed run's ID too."""
     requests: list[Request] = []
     notes: list[str] = []
     days = index.days()
@@ -232,7 +288,9 @@ def plan_automation(
         if day in busy_days:
             notes.append(f"{day}: a run is queued or in progress")
             continue
-        plan = plan_day(day, index, store, warehouse, visitor_key, now=now)
+        plan = plan_day(
+            day, index, store, warehouse, visitor_key, now=now, failed_publishes=failed_publishes
+        )
         if plan.build:
             for run in contiguous(plan.build):
                 content = sha256_json([plan.hour_fingerprints[hour_label(h)] for h in run])
@@ -246,9 +304,10 @@ def plan_automation(
                     )
                 )
         elif plan.publish:
-            requests.append(
-                Request("publish", day, (), f"publish:{day}:{plan.fingerprint[:16]}", plan.reason)
-            )
+            key = f"publish:{day}:{plan.fingerprint[:16]}"
+            if plan.failed:
+                key += f":after:{plan.failed.run_id}"
+            requests.append(Request("publish", day, (), key, plan.reason))
         else:
             notes.append(f"{day}: {plan.reason}")
     return AutomationPlan(requests, notes, len(days), index.empty_reason())

@@ -1,5 +1,6 @@
 """The local Dagster instance: its config, the run lock, and runs whose process died."""
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -13,18 +14,16 @@ import pytest
 import yaml
 
 from bq_platform.cli.instance import (
-    CLI_TRIGGER,
     INSTANCE_BLOCKS,
-    PID_TAG,
     RETIRED_EVENT_LOG_MODULE,
     RUN_LOCK_NAME,
-    TRIGGER_TAG,
     RunLockTimeout,
     dagster_yaml,
     ensure_dagster_yaml,
     fail_dead_runs,
     run_lock,
 )
+from bq_platform.defs.run_tags import CLI_TRIGGER, PID_TAG, TRIGGER_TAG
 
 
 def open_instance(home: Path) -> dg.DagsterInstance:
@@ -118,6 +117,37 @@ def test_a_moved_home_keeps_its_history(tmp_path):
         assert instance.get_latest_materialization_event(dg.AssetKey("before_the_move"))
         instance.report_runless_asset_event(dg.AssetMaterialization("after_the_move"))
     assert not (tmp_path / "old").exists()
+
+
+def test_a_copied_home_writes_its_history_into_the_copy_only(tmp_path):
+    """A data folder copied with ``cp -a`` (as the README says) is independent: the copy reads
+    the history recorded before, and what it records never reaches the original's files."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    (original / "dagster_home").mkdir(parents=True)
+    ensure_dagster_yaml(original / "dagster_home")
+    with open_instance(original / "dagster_home") as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("before_the_copy"))
+    subprocess.run(["cp", "-a", str(original), str(copy)], check=True)
+    before = folder_digest(original)
+
+    with open_instance(copy / "dagster_home") as instance:
+        assert instance.get_latest_materialization_event(dg.AssetKey("before_the_copy"))
+        for n in range(50):
+            instance.report_runless_asset_event(dg.AssetMaterialization(f"in_the_copy_{n}"))
+    assert str(original) not in (copy / "dagster_home" / "dagster.yaml").read_text()
+    assert folder_digest(original) == before
+    with open_instance(original / "dagster_home") as instance:
+        assert instance.get_latest_materialization_event(dg.AssetKey("before_the_copy"))
+        assert not instance.get_latest_materialization_event(dg.AssetKey("in_the_copy_0"))
+
+
+def folder_digest(root) -> dict[str, str]:
+    """Relative path -> SHA-256 of every file under ``root``."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_broken_config_is_named(tmp_path):

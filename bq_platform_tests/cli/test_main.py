@@ -16,7 +16,7 @@ from bq_platform.cli.runner import PipelineRunner
 from bq_platform.lib.core import layout
 from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.storage.local import LocalObjectStore
-from bq_platform_tests.cli.cli_home import SLICE_LINES, CliHome
+from bq_platform_tests.cli.cli_home import NASA, SLICE_LINES, CliHome
 from bq_platform_tests.lib.hourly_build.test_retention import lake
 
 #: Set-up chatter that a default run must not print.
@@ -67,12 +67,42 @@ def test_a_corrupt_landed_file_fails_at_once_with_one_message(tmp_path, access_l
     assert result.returncode == 1
     assert result.stdout.count("LandingError") == 1, result.stdout
     assert data_key.name[:32] in result.stdout  # names the file
+    assert f"bq-platform land --site {NASA} <folder>/nasa-slice.log" in result.stdout
     assert_quiet(result.stdout)
     (hourly,) = [r for r in home.runs() if r.job_name == "pageviews_hourly_job"]
     with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
         events = instance.all_logs(hourly.run_id)
     retries = [e for e in events if e.dagster_event and e.dagster_event.is_step_up_for_retry]
     assert retries == []
+
+
+@pytest.mark.spark
+def test_a_landed_file_without_its_manifest_is_named_with_the_command_that_lands_it(
+    tmp_path, access_logs
+):
+    """The run names the site, the hour, the file and the ``land`` command, once and without
+    a traceback; that command, then ``run``, publishes the day whole."""
+    home = CliHome(tmp_path)
+    home.land_slice(access_logs, tmp_path)
+    (manifest,) = (home.lake / layout.LANDING_PREFIX).rglob("hour=1995-08-01T04/*.manifest.json")
+    manifest.unlink()
+    data_file = manifest.with_name(manifest.name.replace(".manifest.json", ".log.gz"))
+
+    result = home.cli("run")
+
+    assert result.returncode == 1, result.stdout
+    command = f"bq-platform land --site {NASA} <folder>/nasa-slice.log"
+    (line,) = [line for line in result.stdout.splitlines() if data_file.name in line]
+    assert f"{NASA} 1995-08-01T04: landed file {data_file} has no manifest" in line
+    assert "FAILED" in line and command in line
+    assert "DagsterAssetCheckFailedError" not in result.stdout
+    assert_quiet(result.stdout)
+
+    relanded = home.cli(*command.replace("<folder>", str(tmp_path)).split()[1:])
+    assert relanded.returncode == 0, relanded.stdout
+    again = home.cli("run")
+    assert again.returncode == 0, again.stdout
+    assert sum(row[2] for row in home.audit()) == SLICE_LINES
 
 
 def test_deadletters_counts_then_samples_of_the_current_attempts(tmp_path, monkeypatch):
@@ -286,3 +316,109 @@ def test_the_console_script_keeps_the_status(capsys, argv, status, says):
     assert exited.value.code == status
     printed = capsys.readouterr()
     assert says in printed.out + printed.err
+
+
+LINE = b'a - - [01/Aug/1995:04:00:01 +0000] "GET / HTTP/1.0" 200 1\n'
+
+
+def test_land_tree_lands_names_past_255_bytes_and_their_growth_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    tree = tmp_path / "tree"
+    (tree / "a.example").mkdir(parents=True)
+    umlauts = tree / "a.example" / ("ü" * 80)
+    umlauts.write_bytes(LINE * 3)
+    (tree / "a.example" / ("a" * 251 + ".log")).write_bytes(LINE * 2)
+
+    first = CliRunner().invoke(main, ["land-tree", "--workers", "1", str(tree)])
+    umlauts.write_bytes(LINE * 10)  # the log grew
+    grown = CliRunner().invoke(main, ["land-tree", "--workers", "1", str(tree)])
+
+    assert (first.exit_code, grown.exit_code) == (0, 0), first.output + grown.output
+    assert first.output.startswith("a.example: 2 files, 5 new lines in 1 hours")
+    assert grown.output.startswith("a.example: 2 files, 7 new lines in 1 hours")
+    store = LocalObjectStore(tmp_path / "home" / "lake")
+    assert (
+        sum(
+            json.loads(store.read_bytes(key))["lines"]
+            for key in store.list_keys(layout.LANDING_PREFIX)
+            if key.endswith(layout.LANDED_MANIFEST_SUFFIX)
+        )
+        == 12
+    )
+
+
+def test_land_tree_names_the_failing_file_on_its_site_line_and_lands_the_rest(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    tree = tmp_path / "tree"
+    for site, name, lines in (
+        ("a.example", "access.log", 2),
+        ("b.example", "good.log", 3),
+        ("b.example", "full-disk.log", 4),
+        ("c.example", "access.log", 5),
+    ):
+        (tree / site).mkdir(parents=True, exist_ok=True)
+        (tree / site / name).write_bytes(LINE * lines)
+    refused = layout.landing_registry_key("b.example", "full-disk.log")
+    real_write = LocalObjectStore.write_bytes
+
+    def write_bytes(store, key, data):
+        if key == refused:
+            raise OSError(28, "No space left on device", store.uri(key))
+        real_write(store, key, data)
+
+    monkeypatch.setattr(LocalObjectStore, "write_bytes", write_bytes)
+    failed = CliRunner().invoke(main, ["land-tree", "--workers", "1", str(tree)])
+    monkeypatch.setattr(LocalObjectStore, "write_bytes", real_write)
+    again = CliRunner().invoke(main, ["land-tree", "--workers", "1", str(tree)])
+
+    assert failed.exit_code == 1, failed.output
+    rows = failed.output.splitlines()
+    assert [row.split(":")[0] for row in rows] == ["a.example", "b.example", "c.example", "Error"]
+    assert rows[1].startswith("b.example: 2 files, 3 new lines in 1 hours")
+    assert f"1 FAILED: {tree / 'b.example' / 'full-disk.log'}: OSError: [Errno 28]" in rows[1]
+    assert "land the file again" in rows[1]
+    assert rows[2].startswith("c.example: 1 files, 5 new lines")
+    assert rows[3].startswith("Error: 1 of 3 sites have files that did not land (b.example")
+    assert failed.output.count("full-disk.log") == 1 and "Traceback" not in failed.output
+    assert again.exit_code == 0, again.output
+    assert again.output.splitlines()[1].startswith("b.example: 2 files, 4 new lines in 1 hours")
+
+
+def test_land_names_the_file_that_failed_and_lands_the_others(tmp_path, monkeypatch):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    good, broken = tmp_path / "good.log", tmp_path / "broken.log.gz"
+    good.write_bytes(LINE * 3)
+    broken.write_bytes(b"\x1f\x8bnot gzip")
+
+    result = CliRunner().invoke(main, ["land", "--site", "s.example", str(broken), str(good)])
+
+    assert result.exit_code == 1
+    assert (
+        result.stdout
+        == "s.example: 3 new lines in 1 hours (1 objects written, 0 already there, 0 repaired)\n"
+    )
+    assert f"{broken}: cannot read" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("Error: 1 of 2 files did not land (above)")
+    assert result.output.count("broken.log.gz") == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("site", ["x\n", "epa.gov\n", "../escape", "a/b", ""])
+def test_land_refuses_a_site_name_with_a_trailing_newline_and_writes_nothing(
+    tmp_path, monkeypatch, site
+):
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BQ_PLATFORM_ENV", raising=False)
+    log = tmp_path / "access.log"
+    log.write_bytes(LINE * 3)
+
+    result = CliRunner().invoke(main, ["land", "--site", site, str(log)])
+
+    assert result.exit_code == 1
+    assert "invalid site name" in result.output and "Traceback" not in result.output
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != log]
+    assert written == []

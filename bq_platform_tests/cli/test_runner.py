@@ -5,13 +5,18 @@ import datetime as dt
 import json
 
 import dagster as dg
+import pytest
+from click.testing import CliRunner
 
+from bq_platform.cli.main import main
 from bq_platform.cli.runner import PipelineRunner
+from bq_platform.defs.reports import assets as reports_assets
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.hours import day_hours
 from bq_platform.lib.planning import batches
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
+from bq_platform_tests.cli.test_main import one_landed_day
 from bq_platform_tests.lib.hourly_build.test_retention import lake
 
 D1, D2, D3, D5 = (dt.date(1995, 8, d) for d in (1, 2, 3, 5))
@@ -48,6 +53,7 @@ def _runner(tmp_path, events: list[str]) -> PipelineRunner:
         warehouse=warehouse,
         visitor_key="k",
         echo=lambda _: None,
+        instance=dg.DagsterInstance.ephemeral(),
     )
     return runner
 
@@ -206,3 +212,41 @@ def test_batches_are_built_then_published_and_a_failed_batch_day_by_day(tmp_path
     ]
     failed = _executed(tmp_path, monkeypatch, {D5: day_hours(D5)}, {f"{D5}"})
     assert failed == [f"build {D5}", "failed"]
+
+
+@pytest.mark.spark
+def test_a_day_whose_publish_failed_in_the_report_is_due_again(tmp_path, monkeypatch, spark):
+    """``bq-platform run`` fails in the report step after the tables were published; the next
+    ``run`` (no --force) publishes the day again, saying why, and produces the report; the
+    one after skips it."""
+    one_landed_day(tmp_path, monkeypatch)
+    real_render = reports_assets.render_png
+    calls: list[int] = []
+
+    def render_png_fails_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("No space left on device: reports/completeness")
+        return real_render(*args, **kwargs)
+
+    monkeypatch.setattr(reports_assets, "render_png", render_png_fails_once)
+    report = LocalObjectStore(tmp_path / "lake").exists
+    key = reports_assets.report_key(str(D1))
+
+    failed = CliRunner().invoke(main, ["run"])
+    assert failed.exit_code == 1, failed.output
+    assert "FAILED: reports__pageviews_completeness: OSError: No space left" in failed.output
+    assert not report(key)
+    with dg.DagsterInstance.from_config(str(tmp_path / "dh")) as instance:
+        (run,) = instance.get_runs(dg.RunsFilter(job_name="pageviews_daily_job"))
+    assert run.status == dg.DagsterRunStatus.FAILURE
+
+    again = CliRunner().invoke(main, ["run"])
+    assert again.exit_code == 0, again.output
+    said = f"last publish run {run.run_id[:8]} failed in reports__pageviews_completeness"
+    assert f"{D1}: due ({said})" in again.output
+    assert report(key)
+
+    third = CliRunner().invoke(main, ["run"])
+    assert third.exit_code == 0, third.output
+    assert f"{D1}: skip (up to date)" in third.output

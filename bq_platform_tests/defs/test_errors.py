@@ -1,7 +1,11 @@
 """Non-retryable errors fail a step at once; transient ones keep the retry policy."""
 
+import socket
+
 import dagster as dg
 import pytest
+from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
+from py4j.java_gateway import GatewayParameters, JavaGateway
 
 from bq_platform.defs.errors import fail_fast, non_retryable
 from bq_platform.lib.core.manifest import LandingError, ManifestError
@@ -76,3 +80,94 @@ def test_every_asset_with_a_retry_policy_fails_fast():
         key = assets_def.op.name
         fn = assets_def.op.compute_fn.decorated_fn
         assert getattr(fn, "__wrapped__", None) is not None, f"{key} is not @fail_fast"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def gateway_refused() -> None:
+    """What PySpark's gateway raises once the driver's JVM is gone: py4j is refused."""
+    server = ClientServer(
+        java_parameters=JavaParameters(port=free_port()),
+        python_parameters=PythonParameters(port=0),
+    )
+    try:
+        server.jvm.System.currentTimeMillis()
+    finally:
+        server.shutdown()
+
+
+def gateway_lost() -> None:
+    """The same through py4j's classic gateway: a Py4JNetworkError."""
+    JavaGateway(gateway_parameters=GatewayParameters(port=free_port())).jvm.System.nanoTime()
+
+
+def attempts_of_call(body) -> tuple[list[int], dg.ExecuteInProcessResult]:
+    calls = []
+
+    @dg.asset(retry_policy=RETRY)
+    @fail_fast
+    def step(context: dg.AssetExecutionContext) -> None:
+        calls.append(context.retry_number)
+        body()
+
+    return calls, dg.materialize([step], raise_on_error=False)
+
+
+@pytest.mark.parametrize("gateway", [gateway_refused, gateway_lost])
+def test_a_dead_spark_driver_fails_at_once_saying_so(gateway):
+    calls, result = attempts_of_call(gateway)
+
+    assert calls == [0]
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "the Spark driver of this process is gone" in failure.step_failure_data.error.message
+
+
+def test_a_refused_connection_elsewhere_keeps_the_retry_policy():
+    def refused() -> None:
+        with socket.create_connection(("127.0.0.1", free_port()), timeout=5):
+            pass
+
+    calls, _ = attempts_of_call(refused)
+
+    assert len(calls) == RETRY.max_retries + 1
+
+
+def interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_then_fail_cleaning_up() -> None:
+    try:
+        raise KeyboardInterrupt
+    finally:
+        raise RuntimeError("py4j does not exist in the JVM")  # noqa: B012 - what clean-up does
+
+
+@pytest.mark.parametrize("body", [interrupt, interrupt_then_fail_cleaning_up])
+def test_an_interrupted_step_is_not_retried_and_its_run_ends_canceled(body):
+    """The interrupted step fails once; the next step of the run fails before it starts."""
+    calls = []
+
+    @dg.asset(retry_policy=RETRY)
+    @fail_fast
+    def a_interrupted(context: dg.AssetExecutionContext) -> None:
+        calls.append("a_interrupted")
+        body()
+
+    @dg.asset(retry_policy=RETRY)
+    @fail_fast
+    def b_later(context: dg.AssetExecutionContext) -> None:  # independent: not skipped
+        calls.append("b_later")
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([a_interrupted, b_later], instance=instance, raise_on_error=False)
+
+        assert calls == ["a_interrupted"]
+        assert instance.get_run_by_id(result.run_id).status == dg.DagsterRunStatus.CANCELED
+    failures = {e.step_key: e for e in result.all_events if e.is_step_failure}
+    assert set(failures) == {"a_interrupted", "b_later"}
+    assert "interrupted" in failures["a_interrupted"].step_failure_data.error.message

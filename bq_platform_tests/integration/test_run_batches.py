@@ -80,8 +80,10 @@ def test_a_failed_batch_is_built_day_by_day(local_env, access_logs):
     assert _pageviews(local_env) == {AUG30: PAGEVIEWS[AUG30]}  # the good day is published
     assert runner.processed_days == [AUG30, AUG31]
     failures = [line for line in lines if "FAILED" in line]
-    assert len(failures) == 2 and all(bad.manifest.data_key in line for line in failures)
+    assert len(failures) == 2 and bad.manifest.data_key in failures[0]
     assert "building day by day" in failures[0]
+    assert failures[1].startswith(f"{AUG31}: hourly run ")  # the message is printed once
+    assert failures[1].endswith(": the same failure as above")
 
 
 def test_the_quiet_output_shows_the_build_while_it_runs(local_env, access_logs):
@@ -153,7 +155,10 @@ def test_a_failed_range_publish_is_published_day_by_day(local_env, tmp_path):
     assert _pageviews(local_env) == {days[0]: 100}
     assert "1995-08-01..1995-08-02: publishing day by day, so a bad day holds only itself" in lines
     failures = [line for line in lines if "FAILED" in line]
-    assert len(failures) == 2 and all("1995-08-02: 1 of 24 hours" in f for f in failures)
+    assert len(failures) == 2 and "1995-08-02: 1 of 24 hours" in failures[0]
+    assert "--allow-rejected" in failures[0]  # the fix
+    assert failures[1].startswith("1995-08-02: publish run ")  # the message is printed once
+    assert failures[1].endswith(": the same failure as above")
     assert any(line.startswith("1995-08-01: done") for line in lines)
     for day in days:  # each check once: the failed range run's evaluations are not counted
         names = [name for _, name, _ in runner.check_results[day]]

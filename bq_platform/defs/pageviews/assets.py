@@ -12,10 +12,12 @@ from bq_platform.defs.metadata import OWNERS, partition_results
 from bq_platform.defs.pageviews.spark_build import HourlyBuildResource
 from bq_platform.defs.partitions import hourly_partitions, partition_hours
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings
+from bq_platform.lib.core import commands, layout
 from bq_platform.lib.core.hours import hour_label
 from bq_platform.lib.core.manifest import HourManifest, stage_bytes
 from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.core.reporting import COUNT_FIELDS, counts_markdown, totals
+from bq_platform.lib.landing.provenance import landed_sources
 from bq_platform.lib.publish.protocol import KINDS
 from bq_platform.lib.quality import rejected_share as quality
 from bq_platform.lib.storage.base import ObjectStore
@@ -101,7 +103,7 @@ def pageview_files(
             "attempt_id": attempt_id,
         },
     )
-    checks = [accounting_check(m) for m in manifests] + [
+    checks = [accounting_check(m, store) for m in manifests] + [
         rejected_share_check(m, settings.max_rejected_share) for m in manifests
     ]
     return report(context, result, checks)
@@ -124,23 +126,24 @@ def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) 
     }
 
 
-def accounting_check(manifest: HourManifest) -> PartitionCheck:
+def accounting_check(manifest: HourManifest, store: ObjectStore) -> PartitionCheck:
     """The hour's accounting identity as a check result on its partition: expected (source
-    lines the manifests announce) against actual (lines accounted for), and what disagrees."""
+    lines the manifests announce) against actual (lines accounted for). On failure the
+    description names, per problem, the site, the hour, the file and the command that fixes
+    it (:func:`accounting_fixes`)."""
     counts = manifest.counts
-    problems = manifest.accounting_problems()
     expected = sum(c.source_lines for c in counts)
     actual = sum(c.accounted for c in counts)
+    fixes = accounting_fixes(manifest, store)
+    shown = " ".join(fixes[:5]) + (f" And {len(fixes) - 5} more." if len(fixes) > 5 else "")
     return PartitionCheck(
         check_name=ACCOUNTING_CHECK,
         partition=hour_label(manifest.hour),
-        passed=not problems,
+        passed=not fixes,
         description=(
             f"{len(counts)} site(s) balance: {expected} source lines accounted for"
-            if not problems
-            else f"{len(problems)} problems: "
-            + "; ".join(problems[:5])
-            + ". Fix the landed files (bq-platform land) and re-run this hour."
+            if not fixes
+            else shown
         ),
         metadata={
             **comparison(expected, actual),
@@ -162,6 +165,48 @@ def accounting_check(manifest: HourManifest) -> PartitionCheck:
     )
 
 
+def accounting_fixes(manifest: HourManifest, store: ObjectStore) -> list[str]:
+    """One sentence per accounting problem of the hour, each starting with its site and hour,
+    naming the file and what to run: a landed file without its manifest or disagreeing with
+    it is landed again from its source (known from its manifest or the landing registry:
+    :func:`~bq_platform.lib.landing.provenance.landed_sources`); an unbalanced site is built
+    again. Empty when the hour balances."""
+    label = hour_label(manifest.hour)
+    fixes = [
+        f"{c.site} {label}: {c.source_lines} source lines but {c.accounted} accounted for "
+        f"(pageviews, non-page hits, rejected, duplicates, out of window). Fix: build the hour "
+        f"again: {commands.run_hours(manifest.hour)}."
+        for c in manifest.counts
+        if not c.balanced
+    ]
+    mismatched = [str(m["data_key"]) for m in manifest.file_mismatches]
+    if not mismatched and not manifest.orphan_files:
+        return fixes
+    sources = landed_sources(store, [*mismatched, *manifest.orphan_files])
+
+    def where(key: str) -> tuple[str, str]:
+        parsed = layout.parse_landed_key(key)
+        site = parsed[0] if parsed else "?"
+        return f"{site} {label}: landed file {store.uri(key)}", site
+
+    for m in manifest.file_mismatches:
+        key = str(m["data_key"])
+        place, site = where(key)
+        fixes.append(
+            f"{place} has {m['lines_read']} lines, its manifest says {m['manifest_lines']}. "
+            f"Fix: land its source again, {commands.land(site, sources.get(key, ''))}, then "
+            f"{commands.CLI} run."
+        )
+    for key in manifest.orphan_files:
+        place, site = where(key)
+        fixes.append(
+            f"{place} has no manifest (an incomplete delivery: its lines are not counted). "
+            f"Fix: land its source again, {commands.land(site, sources.get(key, ''))}, then "
+            f"{commands.CLI} run (or delete the file if it is not wanted, then run)."
+        )
+    return fixes
+
+
 def rejected_share_check(manifest: HourManifest, max_share: float) -> PartitionCheck:
     """The hour's rejected share per site (:mod:`bq_platform.lib.quality.rejected_share`) as a
     check result: passes when every site is ``ok``, else WARN or ERROR by the worst site."""
@@ -173,13 +218,18 @@ def rejected_share_check(manifest: HourManifest, max_share: float) -> PartitionC
     if not flagged:
         description = f"{len(verdicts)} sites at or below {quality.WARN_SHARE:.0%} rejected"
     else:
-        description = "; ".join(v.describe() for v in flagged[:5])
+        more = f"; and {len(flagged) - 5} more sites" if len(flagged) > 5 else ""
+        description = "; ".join(v.describe() for v in flagged[:5]) + more
+        description += f". The rejected lines: {commands.deadletters(manifest.hour)}"
         if level == quality.LEVEL_ERROR:
             description += (
-                f". Above {max_share:.1%}: the day is not published. Look at the samples (a "
-                "new LogFormat upstream?), fix and re-land, or publish anyway with "
-                "--allow-rejected (config allow_rejected_share: true)."
+                f". Above {max_share:.1%}: the day is not published. Fix: look at the samples "
+                "(a new LogFormat upstream?), fix the logs and land them again "
+                "(bq-platform land), or publish anyway: "
+                f"{commands.run_hours(manifest.hour, None, '--allow-rejected')} "
+                "(config allow_rejected_share: true)"
             )
+        description += "."
     return PartitionCheck(
         check_name=REJECTED_SHARE_CHECK,
         partition=hour_label(manifest.hour),

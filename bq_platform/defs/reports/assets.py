@@ -12,9 +12,15 @@ from bq_platform.defs.metadata import OWNERS
 from bq_platform.defs.partitions import daily_partitions
 from bq_platform.defs.resources import ObjectStoreResource, PipelineSettings, WarehouseResource
 from bq_platform.defs.warehouse.assets import pageviews_audit
+from bq_platform.lib.core import commands
 from bq_platform.lib.core.hours import day_hours, hour_label
 from bq_platform.lib.core.manifest import read_hour_manifests
-from bq_platform.lib.quality.completeness import hour_status, markdown_report, render_png
+from bq_platform.lib.quality.completeness import (
+    hour_status,
+    markdown_report,
+    render_png,
+    unbalanced_sites,
+)
 
 COMPLETENESS_CHECK = "all_hours_complete"
 REPORT_PREFIX = "reports/completeness"
@@ -80,7 +86,8 @@ def pageviews_completeness(
             text = f"![completeness of {day}]({url})\n\n{text}"
             links = {"picture_url": dg.MetadataValue.url(url)}
         problems = [f"{h}: not built or not audited" for h in status.missing] + [
-            f"{h}: accounting does not balance" for h in status.unbalanced
+            f"{h}: accounting does not balance for {', '.join(unbalanced_sites(rows, h))}"
+            for h in status.unbalanced
         ]
         metadata = {
             "report": dg.MetadataValue.md(text),
@@ -98,8 +105,15 @@ def pageviews_completeness(
             check_name=COMPLETENESS_CHECK,
             partition=day.isoformat(),
             passed=status.complete,
-            description=f"{status.complete_hours}/24 hours complete"
-            + (": " + "; ".join(problems[:6]) if problems else ""),
+            description=f"{day}: {status.complete_hours}/24 hours complete"
+            + (": " + "; ".join(problems[:6]) if problems else "")
+            + (f"; and {len(problems) - 6} more hours" if len(problems) > 6 else "")
+            + (
+                f". Fix: build the day again: {commands.run_day(day)} (a landed file that "
+                "disagrees with its manifest is named by the accounting check of its hour)"
+                if problems
+                else ""
+            ),
             metadata={
                 **comparison(24, status.complete_hours),
                 "hours": dg.MetadataValue.json(problems),

@@ -23,8 +23,10 @@ from bq_platform.defs.resources import (
     WarehouseResource,
 )
 from bq_platform.defs.warehouse.stage import STAGE_KEYS
+from bq_platform.lib.core import commands
 from bq_platform.lib.core.accounting import audit_records
 from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.core.layout import hour_manifest_key
 from bq_platform.lib.core.manifest import read_hour_manifests
 from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
 from bq_platform.lib.publish.protocol import (
@@ -88,7 +90,11 @@ def pageviews_audit(
     rows_of: dict[str, list[dict]] = {}
     for hour, manifest in read_hour_manifests(store, hours).items():
         if manifest is None:
-            raise dg.Failure(f"hour {hour_label(hour)} has no manifest: build it first")
+            missing = store.uri(hour_manifest_key(hour))
+            raise dg.Failure(
+                f"hour {hour_label(hour)} has no hour manifest ({missing}): it was not built. "
+                f"Fix: build it first: {commands.run_hours(hour)}"
+            )
         rows_of[hour_label(hour)] = audit_records(
             manifest.counts, manifest.fingerprint, context.run_id
         )
@@ -103,6 +109,29 @@ def pageviews_audit(
             "duration_seconds": round(time.monotonic() - started, 2),
         },
     )
+
+
+def gate_fix(completeness: DayCompleteness) -> str:
+    """What to do about a day the completeness gate holds back: the commands that fix its
+    landed files or build its hours again, and the flags that publish it anyway."""
+    day = completeness.day
+    text = (
+        f"Fix: land the files named again ({commands.LAND_TEMPLATE}) or build "
+        f"the hours again ({commands.run_day(day)}); or publish the complete hours only: "
+        f"{commands.run_day(day, '--allow-incomplete')} (config allow_incomplete_hours: true)."
+    )
+    rejected = sorted(
+        h
+        for h, reasons in completeness.problems.items()
+        if any(REJECTED_SHARE_PROBLEM in r for r in reasons)
+    )
+    if rejected:
+        text += (
+            f" The rejected lines: {commands.deadletters(rejected[0], rejected[-1])}; if they "
+            f"are expected, publish them: {commands.run_day(day, '--allow-rejected')} (config "
+            "allow_rejected_share: true)."
+        )
+    return text
 
 
 def _audit_summary(rows: list[dict]) -> dict[str, int]:
@@ -171,18 +200,8 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
                 message = f"{day}: {len(completeness.problems)} of 24 hours are not complete: " + (
                     completeness.describe()
                 )
-                rejected_hint = (
-                    " If the rejected lines are expected, launch with config "
-                    "allow_rejected_share: true (bq-platform run --allow-rejected)."
-                    if REJECTED_SHARE_PROBLEM in message
-                    else ""
-                )
                 if not config.allow_incomplete_hours:
-                    raise dg.Failure(
-                        description=message + ". Re-run those hours (lake/pageview_files and "
-                        "the stage tables), or, if you accept a partial day, launch this run "
-                        "with config allow_incomplete_hours: true." + rejected_hint,
-                    )
+                    raise dg.Failure(description=message + ". " + gate_fix(completeness))
                 context.log.warning("publishing an incomplete day (operator's choice): %s", message)
             return completeness
 
@@ -217,8 +236,14 @@ def _published_asset(kind: str) -> dg.AssetsDefinition:
                     check_name=DAY_CHECK,
                     partition=partition,
                     passed=result.partition_rows == result.expected_rows,
-                    description=f"partition {result.destination} has {result.partition_rows} "
-                    f"rows; its {result.hours} stage tables have {result.expected_rows}",
+                    description=f"{day}: partition {result.destination} has "
+                    f"{result.partition_rows} rows; its {result.hours} stage tables have "
+                    f"{result.expected_rows}"
+                    + (
+                        ""
+                        if result.partition_rows == result.expected_rows
+                        else f". Fix: publish the day again: {commands.run_day(day)}"
+                    ),
                     metadata=comparison(
                         result.expected_rows,
                         result.partition_rows,

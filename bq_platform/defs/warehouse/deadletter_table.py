@@ -18,6 +18,7 @@ from bq_platform.defs.resources import (
     WarehouseResource,
 )
 from bq_platform.defs.warehouse.assets import DAILY_RETRY
+from bq_platform.lib.core import commands
 from bq_platform.lib.publish.deadletter_table import load_day_deadletters
 from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE
 
@@ -71,7 +72,7 @@ def pageview_deadletters(
             )
         except ValueError as exc:
             raise dg.Failure(
-                description=f"{exc}: materialize lake/pageview_files for the day's hours first"
+                description=f"{exc}. Fix: build the day's hours first: {commands.run_day(day)}"
             ) from exc
         context.log.info(
             "%s: %s by %s, %d rows",
@@ -86,9 +87,10 @@ def pageview_deadletters(
             check_name=DEADLETTER_CHECK,
             partition=day.isoformat(),
             passed=result.matches,
-            description=f"{result.destination} has {result.partition_rows} rows; the manifests "
-            f"of its {result.hours} built hours count {result.expected_rows} dead letters"
-            + ("" if result.matches else "; re-run the day's pageview_deadletters"),
+            description=f"{day}: {result.destination} has {result.partition_rows} rows; the "
+            f"manifests of its {result.hours} built hours count {result.expected_rows} dead "
+            "letters"
+            + ("" if result.matches else f". Fix: load the day again: {commands.run_day(day)}"),
             metadata=comparison(
                 result.expected_rows,
                 result.partition_rows,

@@ -16,7 +16,9 @@ from bq_platform.defs.resources import (
     PipelineSettings,
     WarehouseResource,
 )
+from bq_platform.lib.core import commands
 from bq_platform.lib.core.hours import hour_label
+from bq_platform.lib.core.layout import hour_manifest_key
 from bq_platform.lib.core.manifest import (
     HourManifest,
     read_hour_manifests,
@@ -84,7 +86,7 @@ def stage_tables(
     manifests, missing = [], []
     for hour, manifest in read_hour_manifests(store, partition_hours(context)).items():
         if manifest is None:
-            missing.append(hour_label(hour))
+            missing.append(hour)
         else:
             manifests.append(manifest)
     results = load_stage_hours(
@@ -98,8 +100,10 @@ def stage_tables(
     )
     if missing:
         raise dg.Failure(
-            f"hours {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''} have no "
-            "hour manifest: materialize lake/pageview_files for them first",
+            f"hours {', '.join(hour_label(h) for h in missing[:5])}"
+            f"{f' and {len(missing) - 5} more' if len(missing) > 5 else ''} have no hour "
+            f"manifest ({store.uri(hour_manifest_key(missing[0]))}): they were not built. Fix: "
+            f"build them first: {commands.run_hours(missing[0], missing[-1])}",
         )
     seconds = time.monotonic() - started
     materializations, checks = [], []
@@ -168,8 +172,9 @@ def _stage_report(
             check_name=STAGE_CHECK,
             partition=hour_label(r.hour),
             passed=r.matches,
-            description=f"{r.table}: {r.table_rows} rows, its manifest names {r.expected_rows}"
-            + ("" if r.matches else "; re-run this hour's stage load"),
+            description=f"{hour_label(r.hour)}: stage table {r.table} has {r.table_rows} rows, "
+            f"its hour manifest names {r.expected_rows}"
+            + ("" if r.matches else f". Fix: load the hour again: {commands.run_hours(r.hour)}"),
             metadata=comparison(
                 r.expected_rows, r.table_rows or 0, table=r.table, job_id=r.outcome.job_id
             ),

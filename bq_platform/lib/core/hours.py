@@ -82,7 +82,7 @@ def parse_hour_label(label: str) -> dt.datetime:
 def parse_hour(value: str) -> dt.datetime:
     """Parse ``YYYY-MM-DDTHH``, or the older partition spelling ``YYYY-MM-DD-HH:00``;
     ``ValueError`` for anything else."""
-    if _LEGACY_RE.match(value):
+    if _LEGACY_RE.fullmatch(value):
         return dt.datetime.strptime(value, LEGACY_PARTITION_FMT).replace(tzinfo=dt.UTC)
     try:
         return parse_hour_label(value)

@@ -75,11 +75,11 @@ def job_id(
     """
     if kind not in {"load", "copy"}:
         raise ValueError(f"job kind must be 'load' or 'copy', got {kind!r}")
-    if not _NAME_RE.match(destination):
+    if not _NAME_RE.fullmatch(destination):
         raise ValueError(f"destination must be a bare table name, got {destination!r}")
-    if not _PARTITION_RE.match(partition):
+    if not _PARTITION_RE.fullmatch(partition):
         raise ValueError(f"partition must be YYYYMMDD or YYYYMMDDHH, got {partition!r}")
-    if not re.match(r"^[0-9a-f]{20,}$", fingerprint):
+    if not re.fullmatch(r"^[0-9a-f]{20,}$", fingerprint):
         raise ValueError("fingerprint must be at least 20 lowercase hex digits")
     if generation < 0:
         raise ValueError("generation must be >= 0")

@@ -2,7 +2,7 @@
 
 landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.log.gz            landed file
 landing/pageviews/site=<site>/hour=<YYYY-MM-DDTHH>/<sha256[:32]>.manifest.json     written last
-landing/_registry/site=<site>/<source, URL-quoted>.json     what was landed of a source
+landing/_registry/site=<site>/<sha256 of the source name>.json     what was landed of a source
 staging/pageviews/attempt=<attempt_id>/full/hour=<YYYY-MM-DDTHH>/part-*.parquet   one attempt
 staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parquet
 deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
@@ -11,6 +11,7 @@ staging/pageviews/_ATTEMPTS_UNNAMED.json     the full cleanup pass: sightings, s
 """
 
 import datetime as dt
+import hashlib
 import re
 import urllib.parse
 
@@ -34,7 +35,7 @@ def validate_site(site: str) -> str:
     Raises:
         ValueError: for ``/``, ``=``, spaces, upper case or other unsafe characters.
     """
-    if not _SITE_RE.match(site):
+    if not _SITE_RE.fullmatch(site):
         raise ValueError(
             f"invalid site name {site!r}: use lowercase letters, digits, '.', '-' or '_' "
             "(for example 'epa.gov')"
@@ -74,7 +75,7 @@ _LANDED_MANIFEST_RE = re.compile(
 
 def parse_landed_manifest_key(key: str) -> tuple[str, dt.datetime] | None:
     """Return ``(site, hour)`` for a landed-manifest key, or None for any other key."""
-    match = _LANDED_MANIFEST_RE.match(key)
+    match = _LANDED_MANIFEST_RE.fullmatch(key)
     if not match:
         return None
     try:
@@ -92,7 +93,7 @@ _LANDED_KEY_RE = re.compile(
 
 def parse_landed_key(key: str) -> tuple[str, dt.datetime, str] | None:
     """``(site, hour, file name)`` of any object directly in a landing hour folder, else None."""
-    match = _LANDED_KEY_RE.match(key)
+    match = _LANDED_KEY_RE.fullmatch(key)
     if not match:
         return None
     try:
@@ -107,21 +108,48 @@ def is_landed_manifest_name(name: str) -> bool:
 
 
 def landing_registry_key(site: str, source: str) -> str:
-    """Key of the landing registry entry of one source file of a site.
+    """Key of the landing registry entry of one source file of a site, named by the SHA-256
+    (hex) of the source name's bytes: 69 characters whatever the name, where Linux file systems
+    allow 255 bytes per path component and GCS 1,024 bytes per object name. The entry itself
+    holds the full name.
+
+    The name's bytes are its UTF-8, undecodable bytes of a POSIX file name (``os.fsdecode``'s
+    surrogate escapes) as they are on disk, so every name a file system accepts has a key.
 
     Raises:
         ValueError: if the site is invalid or the source name is empty, ``.`` or ``..``.
     """
     if source in ("", ".", ".."):
         raise ValueError(f"invalid source name {source!r}")
-    return (
-        f"{REGISTRY_PREFIX}/site={validate_site(site)}/{urllib.parse.quote(source, safe='')}.json"
-    )
+    digest = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{REGISTRY_PREFIX}/site={validate_site(site)}/{digest}.json"
+
+
+#: GCS's limit on an object name, in UTF-8 bytes (cloud.google.com/storage/docs/objects).
+_MAX_OBJECT_NAME_BYTES = 1024
+
+
+def quoted_registry_key(site: str, source: str) -> str | None:
+    """The URL-quoted form of a registry entry's key (``<source, URL-quoted>.json``), which
+    data folders may hold; read when :func:`landing_registry_key` is absent, never written.
+
+    None when no store can hold it: a name that is not UTF-8, or a key past GCS's 1,024 bytes.
+
+    Raises:
+        ValueError: as :func:`landing_registry_key`.
+    """
+    landing_registry_key(site, source)  # validates
+    try:
+        quoted = urllib.parse.quote(source, safe="")
+    except UnicodeEncodeError:
+        return None
+    key = f"{REGISTRY_PREFIX}/site={site}/{quoted}.json"
+    return key if len(key.encode("utf-8")) <= _MAX_OBJECT_NAME_BYTES else None
 
 
 def attempt_prefix(attempt_id: str) -> str:
     """Prefix under which one build attempt writes all its Parquet files."""
-    if not re.match(r"^[A-Za-z0-9_\-]+$", attempt_id):
+    if not re.fullmatch(r"^[A-Za-z0-9_\-]+$", attempt_id):
         raise ValueError(f"attempt id must be [A-Za-z0-9_-]+, got {attempt_id!r}")
     return f"{STAGING_PREFIX}/attempt={attempt_id}"
 

@@ -91,7 +91,7 @@ class LandedManifest:
             raise ManifestError(f"{where}: bad or missing field: {exc}") from exc
         if manifest.lines < 0 or manifest.bytes < 0 or len(manifest.sha256) != 64:
             raise ManifestError(f"{where}: lines/bytes must be >= 0 and sha256 64 hex digits")
-        if manifest.crc32c and not _CRC32C_RE.match(manifest.crc32c):
+        if manifest.crc32c and not _CRC32C_RE.fullmatch(manifest.crc32c):
             raise ManifestError(
                 f"{where}: crc32c {manifest.crc32c!r} is not a base64 CRC32C (8 characters "
                 "ending in '==', as GCS reports it)"

@@ -1,5 +1,6 @@
 """Summaries of accounting counts for logs, Dagster metadata and the CLI."""
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,37 @@ STEP_TOTALS = "step_totals"
 PASS_PROGRESS = re.compile(r"^pass \d+/\d+: ")
 """Start of the log line of each Spark pass of the build (``pass 2/9: hours ...``), which
 ``bq-platform run`` prints as progress."""
+
+
+#: Failure lines printed per failed step or check, then "and N more".
+MAX_FAILURE_LINES = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckFailure:
+    """A failed check result as ``bq-platform run`` prints it. ``description``: the check's
+    own account of where (site, hour or day, file or table) and what to do, written by the
+    check; ``blocking``: it failed its step (a blocking check with ERROR severity)."""
+
+    asset: str
+    check: str
+    partition: str | None
+    description: str
+    blocking: bool = False
+
+    def line(self) -> str:
+        """``asset:check: description`` (the partition stands in for a missing description)."""
+        text = self.description.strip() or f"failed on {self.partition or 'its run'}"
+        return f"{self.asset}:{self.check}: {' '.join(text.split())}"
+
+
+def capped(lines: Iterable[str], limit: int = MAX_FAILURE_LINES) -> list[str]:
+    """``lines`` without repeats, the first ``limit`` of them, then ``and N more`` if any."""
+    unique = list(dict.fromkeys(lines))
+    more = len(unique) - limit
+    return unique[:limit] + (
+        [f"and {more} more (bq-platform -v run, or the Dagster UI)"] if more > 0 else []
+    )
 
 
 def totals(counts: Iterable[SiteHourCounts]) -> dict[str, int]:
@@ -56,12 +88,15 @@ def counts_markdown(counts: Iterable[SiteHourCounts], max_rows: int = 200) -> st
 def summary_table(
     rows_by_day: Mapping[dt.date, Sequence[Mapping[str, Any]]],
     checks_by_day: Mapping[dt.date, Sequence[tuple[str, str, bool]]],
+    failures_by_day: Mapping[dt.date, Sequence[CheckFailure]] | None = None,
 ) -> list[str]:
     """``bq-platform run``'s closing table: per UTC day and site, the :data:`COUNT_FIELDS` sums
-    and balanced hours, then one line per check (asset, check name) of that day.
+    and balanced hours, then one line per check (asset, check name) of that day, each failed
+    one followed by its failures' lines (:func:`capped`).
 
     ``rows_by_day``: the ``pageviews_audit`` rows of each day (one per site and hour), in the
     order shown. ``checks_by_day``: ``(asset, check, passed)`` per partition evaluated.
+    ``failures_by_day``: the failures to detail (those not printed before).
     """
     by_day: dict[dt.date, dict[str, list[Mapping[str, Any]]]] = {}
     for day, rows in rows_by_day.items():
@@ -91,4 +126,10 @@ def summary_table(
             verdict = f"FAILED ({failed} of {len(results)})" if failed else "passed"
             times = f" x{len(results)}" if len(results) > 1 and not failed else ""
             lines.append(f"{'':<10} check {asset}:{check}: {verdict}{times}")
+            details = [
+                f.line()
+                for f in (failures_by_day or {}).get(day, ())
+                if (f.asset, f.check) == (asset, check)
+            ]
+            lines += [f"{'':<10}   {line}" for line in capped(details)]
     return lines

@@ -10,9 +10,8 @@ Input: :data:`INPUT_COLUMNS` (``hour_label`` is the partition's UTC hour ``YYYY-
 - ``category``: one of :data:`CATEGORIES` (``out_of_window``: timestamp outside ``hour_label``);
 - ``reason``: null for pages and non-pages, else a code of :mod:`bq_platform.lib.core.logformat`;
 - ``raw``: the line as valid UTF-8, ``\\r`` kept;
-- pageview columns: complete for pages, what could be parsed otherwise; ``event_id`` (hex
-  SHA-256 of ``file_sha256 + ':' + line_no``, stable across re-runs) and ``visitor_id`` only
-  for pages;
+- pageview columns: complete for pages, what could be parsed otherwise; ``event_id``
+  (:func:`event_id`, stable across re-runs) and ``visitor_id`` only for pages;
 - ``in_sample``: the page's visitor is in the 1-in-200 sample.
 
 Each regex runs once per line: ``regexp_replace`` rewrites the line into its groups joined by
@@ -22,6 +21,7 @@ HotSpot's 8,000-byte JIT limit, so :func:`bq_platform.lib.hourly_build.spark.spa
 ``-XX:-DontCompileHugeMethods``.
 """
 
+import hashlib
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -35,7 +35,7 @@ from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
 
 #: Bump whenever the output for the same input changes (it is part of every hour's fingerprint,
 #: hence of the load job IDs: a new version reloads, an unchanged one is skipped).
-TRANSFORM_VERSION = "pageviews-transform/3"
+TRANSFORM_VERSION = "pageviews-transform/4"
 
 CATEGORY_PAGE = "page"
 CATEGORY_NON_PAGE = "non_page"
@@ -132,6 +132,26 @@ def _diagnose(line: Column, one_line: Column, loose: Column) -> Column:
         .when(~F.get(loose, 2).rlike(_BYTES_TOKEN), F.lit(lf.REASON_BAD_BYTES))
         .otherwise(F.lit(lf.REASON_MALFORMED))
     )
+
+
+def event_id(site: str, file_sha256: str, line_no: int) -> str:
+    """The ``event_id`` of the page on line ``line_no`` (1-based) of the landed file with hex
+    SHA-256 ``file_sha256``, delivered for ``site``: the hex SHA-256 of the UTF-8 text
+    ``'<site>:<file_sha256>:<line_no>'``.
+
+    Unique across sites and hours: a site name has no ``:``
+    (:func:`bq_platform.lib.core.layout.validate_site`) and a checksum is 64 hex digits, so
+    distinct triples give distinct texts; a site's hour reads each checksum once (a repeated
+    delivery counts as ``duplicates``), and a line is a page only in the hour of its timestamp.
+    :func:`event_id_column` is the same in Spark.
+    """
+    return hashlib.sha256(f"{site}:{file_sha256}:{line_no}".encode()).hexdigest()
+
+
+def event_id_column(site: Column, file_sha256: Column, line_no: Column) -> Column:
+    """:func:`event_id` as a Spark column (null if an input is null)."""
+    text = F.concat(site, F.lit(":"), file_sha256, F.lit(":"), line_no.cast("string"))
+    return F.sha2(text, 256)
 
 
 def transform_lines(
@@ -299,13 +319,13 @@ def transform_lines(
         "*", reject_reason.alias("reject_reason"), category.alias("category")
     )
     is_page_row = F.col("category") == CATEGORY_PAGE
-    event_key = F.concat(F.col("file_sha256"), F.lit(":"), F.col("line_no").cast("string"))
+    event_key = event_id_column(F.col("site"), F.col("file_sha256"), F.col("line_no"))
     hashed = classified.select(
         "*",
         F.when(is_page_row, visitor_id_column(F.col("host"), visitor_key, spark)).alias(
             "visitor_id"
         ),
-        F.when(is_page_row, F.sha2(event_key, 256)).alias("event_id"),
+        F.when(is_page_row, event_key).alias("event_id"),
         F.when(
             F.col("category") == CATEGORY_OUT_OF_WINDOW,
             out_of_window_reason_column(F.col("event_ts"), window),

@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from bq_platform.lib.core import layout
+from bq_platform.lib.core import commands, layout
 from bq_platform.lib.core.manifest import LandedManifest, LandingError, ManifestError
 from bq_platform.lib.landing.index import SITE_FOLDER, find_orphans
 from bq_platform.lib.storage.base import (
@@ -128,7 +128,7 @@ def _hour_deliveries(
             )
         elif folder != prefix:
             problem = f"points at {manifest.data_key!r}, outside its own folder {prefix!r}"
-        elif not _SAFE_NAME_RE.match(name) or not name.endswith(".gz"):
+        elif not _SAFE_NAME_RE.fullmatch(name) or not name.endswith(".gz"):
             problem = (
                 f"names data file {name!r}: landed files must be gzip named [A-Za-z0-9._-]+.gz"
             )
@@ -153,7 +153,10 @@ def _check_file(store: ObjectStore, delivery: LandedDelivery) -> str | None:
     if problem is None:
         return None
     data_uri, manifest_uri = store.uri(manifest.data_key), store.uri(delivery.manifest_key)
-    return f"landed file {data_uri} (manifest {manifest_uri}): {problem}"
+    return (
+        f"landed file {data_uri} (manifest {manifest_uri}): {problem}; land it again: "
+        f"{commands.land(manifest.site, manifest.source)}"
+    )
 
 
 def _file_problem(store: ObjectStore, delivery: LandedDelivery) -> str | None:
@@ -233,7 +236,10 @@ def unreadable_landed_file(
         return None
     causes = _CAUSED_BY_RE.findall(str(exc))
     cause = causes[-1].strip() if causes else "unreadable"
+    manifest = delivery.manifest
     return LandingError(
         f"landed file {store.uri(key)} (manifest {store.uri(delivery.manifest_key)}) could not "
-        f"be read as gzip text: {cause}; no hour was built. Fix: {LANDING_HINT}."
+        f"be read as gzip text: {cause}; no hour was built. Fix: land it again, "
+        f"{commands.land(manifest.site, manifest.source)} (or have its producer deliver it "
+        "again), then run these hours again."
     )

@@ -47,6 +47,13 @@ def _label(value: Any) -> str:
     return str(value)
 
 
+def unbalanced_sites(rows: Sequence[Mapping[str, Any]], hour: str) -> list[str]:
+    """The sites whose audit row of ``hour`` (``YYYY-MM-DDTHH``) does not balance, sorted."""
+    return sorted(
+        {str(r["site"]) for r in rows if _label(r["hour"]) == hour and not row_balanced(r)}
+    )
+
+
 def by_site_hour(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
     """``{site: {hour label: audit row}}``."""
     out: dict[str, dict[str, Mapping[str, Any]]] = {}

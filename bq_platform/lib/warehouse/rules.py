@@ -53,7 +53,7 @@ def split_destination(destination: str) -> tuple[str, dt.date | None]:
     Raises:
         RuleViolation: if the table name or the decorator is not valid.
     """
-    match = DECORATOR_RE.match(destination)
+    match = DECORATOR_RE.fullmatch(destination)
     table, partition = (match["table"], match["partition"]) if match else (destination, None)
     check_table_name(table)
     if partition is None:
@@ -70,7 +70,7 @@ def split_destination(destination: str) -> tuple[str, dt.date | None]:
 
 def check_job_id(job_id: str) -> str:
     """Return ``job_id`` if BigQuery accepts it, else raise :class:`RuleViolation`."""
-    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
         raise refuse(
             f"job ID {job_id!r}",
             "job IDs are 1-1,024 letters, digits, '_' or '-'",
@@ -81,7 +81,7 @@ def check_job_id(job_id: str) -> str:
 
 def check_table_name(name: str) -> str:
     """Return ``name`` if it is a table name we may send, else raise :class:`RuleViolation`."""
-    if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+    if not isinstance(name, str) or not TABLE_NAME_RE.fullmatch(name):
         raise refuse(
             f"table name {name!r}",
             "table names are letters, digits and '_' (we use the ASCII subset), <= 1,024",
@@ -103,14 +103,14 @@ def check_labels(labels: Mapping[str, str], where: str) -> dict[str, str]:
         raise refuse(where, f"{len(labels)} labels; at most {MAX_LABELS} per resource", source)
     out: dict[str, str] = {}
     for key, value in labels.items():
-        if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
+        if not isinstance(key, str) or not LABEL_KEY_RE.fullmatch(key):
             raise refuse(
                 where,
                 f"label key {key!r}: keys are 1-63 lowercase letters, digits, '_' or '-', "
                 "starting with a letter",
                 source,
             )
-        if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
+        if not isinstance(value, str) or not LABEL_VALUE_RE.fullmatch(value):
             raise refuse(
                 where,
                 f"value {value!r} of label {key!r}: values are 0-63 lowercase letters, digits, "
@@ -132,7 +132,7 @@ def _check_columns(spec: TableSpec) -> dict[str, Column]:
     by_name: dict[str, Column] = {}
     seen: set[str] = set()
     for column in spec.columns:
-        if not COLUMN_NAME_RE.match(column.name):
+        if not COLUMN_NAME_RE.fullmatch(column.name):
             raise refuse(
                 what,
                 f"column name {column.name!r}: letters, digits, '_', starting with a letter or "

@@ -96,7 +96,8 @@ PAGEVIEW_COLUMNS: tuple[Column, ...] = (
         "event_id",
         "STRING",
         "REQUIRED",
-        "Stable ID: hash of the landed file checksum and line number.",
+        "Stable ID, unique across sites and hours: SHA-256 of the site, the landed file's "
+        "checksum and the line number.",
     ),
     Column("event_ts", "TIMESTAMP", "REQUIRED", "Request time, UTC."),
     Column("event_date", "DATE", "REQUIRED", "UTC date of event_ts; the partition column."),

@@ -10,7 +10,6 @@ the tests check the outputs against an independent Python computation of the sam
 import collections
 import datetime as dt
 import gzip
-import hashlib
 import json
 import logging
 
@@ -33,6 +32,7 @@ from bq_platform.lib.hourly_build.outputs import (
     deadletter_arrow_schema,
     pageview_arrow_schema,
 )
+from bq_platform.lib.hourly_build.transform import event_id
 from bq_platform.lib.landing.deliveries import landed_hour
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform_tests.lib.build_inputs import (
@@ -40,6 +40,7 @@ from bq_platform_tests.lib.build_inputs import (
     H_EMPTY,
     H_EPA_2,
     H_NASA_1,
+    H_NASA_2,
     KEY,
     NASA,
     ODD,
@@ -209,29 +210,56 @@ def test_pages_are_pseudonymized_and_sampled_by_visitor(built) -> None:
     assert SAMPLE_MODULUS == 200
 
 
-def test_event_ids_hash_the_landed_file_and_line(built) -> None:
-    """Each written page's event_id is the SHA-256 of '<landed file's sha256>:<line number>'
-    (transform.py), computed here from the landed files and the Python reference rules."""
+def page_line_numbers(lines: list[bytes], hour: dt.datetime) -> list[int]:
+    """The 1-based numbers of the lines that are pages of ``hour`` by the Python reference."""
+    numbers = []
+    for line_no, raw in enumerate(lines, 1):
+        parsed = lf.parse_line(raw.decode("utf-8", errors="replace"))
+        request = parsed.parsed_request
+        if (
+            parsed.reason is None
+            and parsed.timestamp.replace(minute=0, second=0) == hour
+            and request
+            and is_page(request.method, request.path, parsed.status)
+        ):
+            numbers.append(line_no)
+    return numbers
+
+
+def test_event_ids_hash_the_site_landed_file_and_line(built) -> None:
+    """Each written page's event_id is :func:`event_id` of its site, landed file's sha256 and
+    line number, computed here from the landed files and the Python reference rules."""
     expected = set()
     for (site, hour), lines in built.landed.items():
         (kept,) = [d.manifest for d in landed_hour(built.store, site, hour)[0] if not d.duplicate]
-        for line_no, raw in enumerate(lines, 1):
-            parsed = lf.parse_line(raw.decode("utf-8", errors="replace"))
-            request = parsed.parsed_request
-            if (
-                parsed.reason is None
-                and parsed.timestamp.replace(minute=0, second=0) == hour
-                and request
-                and is_page(request.method, request.path, parsed.status)
-            ):
-                expected.add(hashlib.sha256(f"{kept.sha256}:{line_no}".encode()).hexdigest())
+        expected |= {event_id(site, kept.sha256, n) for n in page_line_numbers(lines, hour)}
     written = [
-        event_id
+        i
         for m in built.manifests.values()
-        for event_id in read_parquet(built.store, m.full_files).column("event_id").to_pylist()
+        for i in read_parquet(built.store, m.full_files).column("event_id").to_pylist()
     ]
     assert len(written) == len(expected) > 0
     assert set(written) == expected
+
+
+def test_one_log_under_two_sites_gives_disjoint_event_ids(spark, built, tmp_path) -> None:
+    """The same file delivered for two sites gives each site the same pageviews under event IDs
+    the other site's do not share (the ID hashes the site too)."""
+    store = LocalObjectStore(tmp_path / "lake")
+    lines = built.landed[(NASA, H_NASA_2)]
+    mirror = "mirror.example"
+    shas = {site: land(store, site, H_NASA_2, lines).sha256 for site in (NASA, mirror)}
+    assert shas[NASA] == shas[mirror]  # one object's checksum, landed under two site keys
+    (manifest,) = build_hours(spark, store, [H_NASA_2], attempt_id="two", visitor_key=KEY)
+    counts = {c.site: c for c in manifest.counts}
+    pages = page_line_numbers(lines, H_NASA_2)
+    assert counts[NASA].pageviews == counts[mirror].pageviews == len(pages) > 0
+    assert counts[NASA].duplicates == counts[mirror].duplicates == 0
+    rows = read_parquet(store, manifest.full_files).to_pylist()
+    ids = {site: [r["event_id"] for r in rows if r["site"] == site] for site in (NASA, mirror)}
+    for site in (NASA, mirror):
+        assert sorted(ids[site]) == sorted(event_id(site, shas[site], n) for n in pages)
+    assert not set(ids[NASA]) & set(ids[mirror])
 
 
 def test_dead_letters_keep_reason_and_raw_line(built) -> None:

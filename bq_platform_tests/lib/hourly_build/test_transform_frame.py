@@ -21,7 +21,14 @@ from bq_platform.lib.hourly_build.transform import (
     PAGEVIEW_COLUMN_NAMES,
     transform_lines,
 )
-from bq_platform_tests.lib.hourly_build.transform_reference import KEY, ODD_LINES, SHA, frame, run
+from bq_platform_tests.lib.hourly_build.transform_reference import (
+    KEY,
+    ODD_LINES,
+    SHA,
+    SITE,
+    frame,
+    run,
+)
 
 
 def test_result_does_not_depend_on_the_session_time_zone(spark) -> None:
@@ -181,12 +188,12 @@ def test_kept_columns_pass_through_after_the_output_columns(spark) -> None:
         transform_lines(lines, visitor_key=KEY, keep=["file_id"])
 
 
-def test_event_id_is_stable_and_names_file_and_line(spark) -> None:
+def test_event_id_is_stable_and_names_site_file_and_line(spark) -> None:
     page = ODD_LINES[0]
     first = run(spark, [page, page])
     again = run(spark, [page, page])
     assert [r["event_id"] for r in first] == [r["event_id"] for r in again]
-    assert first[1]["event_id"] == hashlib.sha256(f"{SHA}:2".encode()).hexdigest()
+    assert first[1]["event_id"] == hashlib.sha256(f"{SITE}:{SHA}:2".encode()).hexdigest()
     assert first[0]["event_id"] != first[1]["event_id"]
     assert first[0]["visitor_id"] == first[1]["visitor_id"]
 

@@ -5,7 +5,6 @@
 on it (:func:`run`), and the odd lines every category and reason comes from (:data:`ODD_LINES`).
 """
 
-import hashlib
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ from bq_platform.lib.hourly_build.transform import (
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
+    event_id,
     transform_lines,
 )
 
@@ -108,7 +108,7 @@ def reference(raw: bytes, hour_label: str, line_no: int, key: str = KEY) -> dict
         row["category"] = CATEGORY_PAGE
         row["visitor_id"] = visitor_id(key, parsed.host)
         row["in_sample"] = in_sample(row["visitor_id"])
-        row["event_id"] = hashlib.sha256(f"{SHA}:{line_no}".encode()).hexdigest()
+        row["event_id"] = event_id(SITE, SHA, line_no)
     else:
         row["category"] = CATEGORY_NON_PAGE
     return row

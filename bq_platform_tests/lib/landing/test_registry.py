@@ -1,14 +1,19 @@
-"""The landing registry: a growing log landed again counts each line once (issue 7)."""
+"""The landing registry: a growing log landed again counts each line once, whatever its name,
+and a landing that stops half-way is completed by the next one."""
 
 import collections
 import datetime as dt
+import errno
 import gzip
+import json
+import os
 import random
 from pathlib import Path
 
 import pytest
 
-from bq_platform.lib.core.layout import landing_registry_key
+from bq_platform.lib.core.layout import REGISTRY_PREFIX, landing_registry_key, quoted_registry_key
+from bq_platform.lib.core.manifest import LandingError
 from bq_platform.lib.landing.index import scan_landing
 from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.landing.producer.registry import read_state
@@ -121,3 +126,193 @@ def test_crash_before_the_registry_write_relands_the_same_bytes(tmp_path, access
     log.write_bytes(data)
     land_file(store, SITE, log)
     assert source_lines(store) == 33_996
+
+
+# --- any legal file name lands; a landing that stops half-way is completed --------------------
+
+
+def lines_of(data: bytes, n: int) -> bytes:
+    """The first ``n`` lines of ``data``, each with its newline."""
+    return b"".join(data.splitlines(keepends=True)[:n])
+
+
+def complete(store: LocalObjectStore) -> bool:
+    """True if no landed hour has a data file without its manifest."""
+    return not any(hour.orphans for hour in scan_landing(store).hours())
+
+
+LONG_NAMES = {
+    "80 x u-umlaut (160 bytes)": "ü" * 80,
+    "255 ASCII bytes": "a" * 251 + ".log",
+    "255 bytes, not UTF-8": os.fsdecode(b"\xfc" * 251 + b".log"),
+}
+
+
+@pytest.mark.parametrize("name", LONG_NAMES.values(), ids=LONG_NAMES.keys())
+def test_a_name_past_255_bytes_lands_and_a_growing_log_counts_each_line_once(
+    tmp_path, access_logs, name
+):
+    data = nasa_bytes(access_logs)
+    log = tmp_path / name
+    assert len(os.fsencode(log.name)) in (160, 255)
+    store = LocalObjectStore(tmp_path / "lake")
+    log.write_bytes(lines_of(data, 3_000))
+    land_file(store, SITE, log)
+    log.write_bytes(data)
+    land_file(store, SITE, log)
+    assert not land_file(store, SITE, log)  # landed again: nothing new
+    whole = LocalObjectStore(tmp_path / "whole")
+    land_file(whole, SITE, log, source="access.log")
+    assert source_lines(store) == 33_996
+    assert landed_lines(store) == landed_lines(whole)
+    key = landing_registry_key(SITE, name)
+    assert len(key.rsplit("/", 1)[1]) <= 255 and store.exists(key)
+    assert read_state(store, SITE, name).source == name
+
+
+def test_an_entry_under_the_url_quoted_key_is_still_honoured(tmp_path, access_logs):
+    """A data folder whose registry holds ``<source, URL-quoted>.json`` lands only new lines."""
+    data = nasa_bytes(access_logs)
+    store = LocalObjectStore(tmp_path / "lake")
+    log = tmp_path / "web 1 access.log"
+    log.write_bytes(data[: len(lines_of(data, 3_000)) + 20])  # ends mid-line
+    land_file(store, SITE, log)
+    hashed = landing_registry_key(SITE, log.name)
+    quoted = quoted_registry_key(SITE, log.name)
+    assert quoted.endswith("/web%201%20access.log.json")
+    entry = json.loads(store.read_bytes(hashed))
+    del entry["pending_from"]
+    store.write_text(quoted, json.dumps(entry))
+    Path(store.uri(hashed)).unlink()
+
+    log.write_bytes(data)
+    land_file(store, SITE, log)
+
+    whole = LocalObjectStore(tmp_path / "whole")
+    land_file(whole, SITE, log)
+    assert source_lines(store) == 33_996
+    assert landed_lines(store) == landed_lines(whole)
+    assert read_state(store, SITE, log.name).bytes == len(data)
+    assert store.exists(hashed)
+
+
+def test_an_entry_of_another_source_is_refused_naming_both(tmp_path, access_logs):
+    data = nasa_bytes(access_logs)
+    store = LocalObjectStore(tmp_path / "lake")
+    (tmp_path / "a.log").write_bytes(lines_of(data, 100))
+    (tmp_path / "b.log").write_bytes(lines_of(data, 200))
+    land_file(store, SITE, tmp_path / "a.log")
+    a_entry = store.read_bytes(landing_registry_key(SITE, "a.log"))
+    store.write_bytes(landing_registry_key(SITE, "b.log"), a_entry)  # a copied entry
+    with pytest.raises(LandingError) as refused:
+        land_file(store, SITE, tmp_path / "b.log")
+    message = str(refused.value)
+    assert message.startswith(str(tmp_path / "b.log"))
+    assert "of source 'a.log'" in message and "not of 'b.log'" in message
+    assert "delete it to land 'b.log' from byte 0" in message
+
+
+class WriteFails:
+    """Makes :meth:`LocalObjectStore.write_bytes` raise ``OSError`` (a full disk) at the
+    ``fail_at``-th write (0-based, None: never) whose key starts with ``prefix``; counts such
+    writes, and notes whether it failed one."""
+
+    def __init__(self, monkeypatch, prefix: str = "") -> None:
+        self.fail_at, self.prefix, self.writes, self.failed = None, prefix, 0, False
+        real = LocalObjectStore.write_bytes
+
+        def write_bytes(store, key, data):
+            if key.startswith(self.prefix):
+                self.writes += 1
+                if self.writes - 1 == self.fail_at:
+                    self.failed = True
+                    raise OSError(errno.ENOSPC, "No space left on device", store.uri(key))
+            real(store, key, data)
+
+        monkeypatch.setattr(LocalObjectStore, "write_bytes", write_bytes)
+
+
+def land_stopped_then_grown(
+    tmp_path, data: bytes, fails: WriteFails, fail_at: int | None
+) -> tuple[LocalObjectStore, int]:
+    """Land a growing log three times (each copy but the last ending mid-line), the second
+    landing failing at its ``fail_at``-th write of ``fails``; return the store and how many
+    writes of ``fails`` the second landing made."""
+    store = LocalObjectStore(tmp_path / "lake")
+    log = tmp_path / "access.log"
+    cut_1 = len(lines_of(data, 1_500)) + 30
+    cut_2 = len(lines_of(data, 3_000)) + 17
+    log.write_bytes(data[:cut_1])
+    land_file(store, SITE, log)
+    log.write_bytes(data[:cut_2])  # the partial line grew: its object is rewritten
+    fails.writes, fails.fail_at, fails.failed = 0, fail_at, False
+    try:
+        land_file(store, SITE, log)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    assert fails.failed == (fail_at is not None)
+    fails.fail_at, writes = None, fails.writes
+    log.write_bytes(data)  # grew again before the next landing
+    land_file(store, SITE, log)
+    return store, writes
+
+
+@pytest.mark.parametrize("registry_write", [0, 1], ids=["pending entry", "final entry"])
+def test_a_registry_write_that_fails_once_is_completed_by_the_next_landing(
+    tmp_path, access_logs, monkeypatch, registry_write
+):
+    data = lines_of(nasa_bytes(access_logs), 4_000)
+    whole = LocalObjectStore(tmp_path / "whole")
+    (tmp_path / "whole.log").write_bytes(data)
+    land_file(whole, SITE, tmp_path / "whole.log")
+
+    fails = WriteFails(monkeypatch, prefix=REGISTRY_PREFIX)
+    store, _ = land_stopped_then_grown(tmp_path, data, fails, registry_write)
+
+    assert source_lines(store) == 4_000  # every line exactly once
+    assert landed_lines(store) == landed_lines(whole)
+    assert complete(store)
+    assert read_state(store, SITE, "access.log").pending_from is None
+
+
+def test_a_landing_stopped_at_any_write_is_completed_by_the_next(
+    tmp_path, access_logs, monkeypatch
+):
+    data = lines_of(nasa_bytes(access_logs), 4_000)
+    whole = LocalObjectStore(tmp_path / "whole")
+    (tmp_path / "whole.log").write_bytes(data)
+    land_file(whole, SITE, tmp_path / "whole.log")
+    fails = WriteFails(monkeypatch)
+    _, writes = land_stopped_then_grown(tmp_path / "count", data, fails, None)
+    assert writes >= 6  # two entries and at least two objects with their manifests
+
+    for fail_at in range(writes):
+        store, _ = land_stopped_then_grown(tmp_path / str(fail_at), data, fails, fail_at)
+        assert source_lines(store) == 4_000, f"write {fail_at} failed"
+        assert landed_lines(store) == landed_lines(whole), f"write {fail_at} failed"
+        assert complete(store), f"write {fail_at} failed"
+
+
+def test_a_stopped_landing_of_a_file_rotated_since_is_named_in_a_warning(
+    tmp_path, access_logs, monkeypatch, caplog
+):
+    data = lines_of(nasa_bytes(access_logs), 4_000)
+    store = LocalObjectStore(tmp_path / "lake")
+    log = tmp_path / "access.log"
+    log.write_bytes(data[: len(lines_of(data, 1_000))])
+    land_file(store, SITE, log)
+    log.write_bytes(data[: len(lines_of(data, 2_000))])
+    fails = WriteFails(monkeypatch)
+    fails.fail_at = 1  # after the pending entry, the first object
+    with pytest.raises(OSError):
+        land_file(store, SITE, log)
+    fails.fail_at = None
+    log.write_bytes(data[len(lines_of(data, 3_000)) :])  # rotated: other content
+
+    with caplog.at_level("WARNING"):
+        land_file(store, SITE, log)
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "source 'access.log' for ksc.nasa.gov stopped" in warning
+    assert "cannot be rebuilt" in warning
+    assert read_state(store, SITE, "access.log").bytes == len(data) - len(lines_of(data, 3_000))

@@ -1,5 +1,6 @@
 """Landing a tree of site folders in worker processes: the same landing zone as one site after
-the other, results in folder order, and a failing site stops the tree with its own error."""
+the other, results in folder order, and a file that fails is reported by its site while every
+other file lands."""
 
 import functools
 import gzip
@@ -75,35 +76,57 @@ def test_sites_land_in_worker_processes_exactly_as_one_after_the_other(tmp_path,
     assert [s.landed for s in again] == [[], [], []]  # nothing new: idempotent
 
 
-def test_a_failing_site_stops_the_tree_with_its_error_and_a_rerun_completes_it(
-    tmp_path, access_logs
-):
+def test_a_failing_file_is_reported_by_its_site_and_everything_else_lands(tmp_path, access_logs):
     tree = _tree(tmp_path / "tree", access_logs, lines=500)
     bad = tree / "f.bad.site" / "garbage.log"
     bad.parent.mkdir()
     bad.write_bytes(b"no timestamp on this line\n")
+    good = bad.parent / "good.log"
+    good.write_bytes((tree / "mirror.ksc.nasa.gov" / "a.log").read_bytes())
     lake = tmp_path / "lake"
 
-    make_store = functools.partial(LocalObjectStore, str(lake))
-    seen = []
-    with pytest.raises(LandingError) as failure:
-        for site in land_sites(make_store, site_folders(tree), first_hour=None, workers=2):
-            seen.append(site.site)
-    assert str(bad) in str(failure.value)
-    assert seen == ["epa.gov"]  # folders before the failing one, in order
+    first = _land(tree, lake, workers=2)
 
-    bad.unlink()
-    rerun = _land(tree, lake, workers=2)
-    reference = tmp_path / "reference"
-    _land(tree, reference, workers=1)
-    assert [s.site for s in rerun] == [
+    assert [s.site for s in first] == [
         "epa.gov",
         "f.bad.site",
         "ksc.nasa.gov",
         "mirror.ksc.nasa.gov",
     ]
-    assert rerun[0].landed == []  # landed before the failure: nothing new now
+    assert [s.files for s in first] == [1, 2, 1, 2]
+    assert [[f.path for f in s.failed] for s in first] == [[], [str(bad)], [], []]
+    (failure,) = first[1].failed
+    assert failure.reason.startswith(f"{bad}: none of its 1 lines has a readable timestamp")
+    assert "--default-hour" in failure.reason
+    assert sum(f.manifest.lines for f in first[1].landed) == 250  # good.log landed
+    assert sum(f.manifest.lines for s in first for f in s.landed) == 500 + 250 + 500 + 500
+
+    bad.unlink()
+    rerun = _land(tree, lake, workers=2)
+    reference = tmp_path / "reference"
+    _land(tree, reference, workers=1)
+    assert [s.landed for s in rerun] == [[], [], [], []]  # all landed before: nothing new
+    assert not any(s.failed for s in rerun)
     assert _objects(lake) == _objects(reference)
+
+
+def test_a_folder_that_is_no_site_name_is_reported_and_the_others_land(tmp_path, access_logs):
+    tree = _tree(tmp_path / "tree", access_logs, lines=100)
+    (tree / "Not A Site").mkdir()
+    (tree / "Not A Site" / "x.log").write_bytes(
+        (tree / "mirror.ksc.nasa.gov" / "a.log").read_bytes()
+    )
+
+    sites = _land(tree, tmp_path / "lake", workers=1)
+
+    assert [(s.site, bool(s.failed)) for s in sites] == [
+        ("Not A Site", True),
+        ("epa.gov", False),
+        ("ksc.nasa.gov", False),
+        ("mirror.ksc.nasa.gov", False),
+    ]
+    assert "invalid site name 'Not A Site'" in sites[0].failed[0].reason
+    assert sum(f.manifest.lines for s in sites for f in s.landed) == 300
 
 
 def test_a_tree_without_site_folders_is_refused(tmp_path):

@@ -7,17 +7,35 @@ landed (uncompressed), their ``sha256``, their ``lines``, and ``partial``, the l
 line without ``\\n``. When the source arrives again starting with those bytes, only what follows
 is new. Each landing is a :class:`Delivery`, so a lost object can be rebuilt byte for byte.
 
-The entry is written *after* the data and manifests: after a crash the next landing re-lands
-the same bytes into the same objects, and nothing counts twice.
+Keys: one entry per source at :func:`~bq_platform.lib.core.layout.landing_registry_key`, named
+by the SHA-256 of the source name, so any file name fits; the entry holds the full name and
+:func:`read_state` checks it. An entry under the URL-quoted key
+(:func:`~bq_platform.lib.core.layout.quoted_registry_key`) is read when the hashed one is
+absent; the next write goes to the hashed key, and the quoted entry is left as it is.
+
+Order: the entry is written *before* the data and manifests, with ``pending_from`` set to the
+first delivery whose objects are about to be written, then again without it once they are all
+written. A landing that stops in between (a crash, a full disk, a refused write) leaves an
+entry that names what was meant to be there: the next landing of the source writes those
+deliveries again from the source's bytes (each is deterministic), then lands what is new, so
+every line counts once. Objects are never written without an entry that covers them. If the
+source no longer starts with the bytes of such an entry (rotated meanwhile), its unfinished
+deliveries cannot be rebuilt: the lander warns, naming the source and the byte range.
 """
 
 import dataclasses
 import datetime as dt
+import errno
 import hashlib
 import json
 from typing import Any
 
-from bq_platform.lib.core.layout import hour_label, landing_registry_key, parse_hour_label
+from bq_platform.lib.core.layout import (
+    hour_label,
+    landing_registry_key,
+    parse_hour_label,
+    quoted_registry_key,
+)
 from bq_platform.lib.core.partition_window import HourWindow
 from bq_platform.lib.storage.base import ObjectStore
 
@@ -76,7 +94,12 @@ class Delivery:
 
 @dataclasses.dataclass(frozen=True)
 class SourceState:
-    """What was landed of one source (see the module docstring)."""
+    """What was landed of one source (see the module docstring).
+
+    Attributes:
+        pending_from: index of the first delivery whose objects may not all be written yet
+            (a landing is under way, or stopped); None when every object was written.
+    """
 
     site: str
     source: str
@@ -85,6 +108,7 @@ class SourceState:
     sha256: str
     partial: int
     deliveries: tuple[Delivery, ...]
+    pending_from: int | None = None
 
     def continues(self, data: bytes) -> bool:
         """True if ``data`` starts with exactly the bytes landed so far."""
@@ -104,6 +128,7 @@ class SourceState:
                 "sha256": self.sha256,
                 "partial": self.partial,
                 "deliveries": [d.to_json() for d in self.deliveries],
+                "pending_from": self.pending_from,
             },
             indent=1,
             sort_keys=True,
@@ -116,6 +141,7 @@ class SourceState:
             data = json.loads(text)
             if data.get("format") != REGISTRY_FORMAT:
                 raise ValueError(f"expected format {REGISTRY_FORMAT!r}, got {data.get('format')!r}")
+            pending = data.get("pending_from")
             return cls(
                 site=str(data["site"]),
                 source=str(data["source"]),
@@ -124,6 +150,7 @@ class SourceState:
                 sha256=str(data["sha256"]),
                 partial=int(data["partial"]),
                 deliveries=tuple(Delivery.from_json(d) for d in data["deliveries"]),
+                pending_from=None if pending is None else int(pending),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RegistryError(
@@ -133,14 +160,45 @@ class SourceState:
 
 
 def read_state(store: ObjectStore, site: str, source: str) -> SourceState | None:
-    """The registry entry of ``source`` of ``site``, or None if it was never landed;
-    :class:`RegistryError` if it cannot be read."""
+    """The registry entry of ``source`` of ``site`` (its hashed key, else its URL-quoted key),
+    or None if it was never landed.
+
+    Raises:
+        RegistryError: if the entry cannot be read, or names another site or source than asked
+            (the message names the object and what to do).
+        ValueError: for an invalid site or source name.
+    """
     key = landing_registry_key(site, source)
     if not store.exists(key):
+        key = _quoted_key_present(store, site, source)
+        if key is None:
+            return None
+    where = store.uri(key)
+    state = SourceState.from_json(store.read_bytes(key), where=where)
+    if (state.site, state.source) != (site, source):
+        raise RegistryError(
+            f"{where}: this registry entry is of source {state.source!r} of site "
+            f"{state.site!r}, not of {source!r} of {site!r} (it was copied or edited); put the "
+            f"right entry back, or delete it to land {source!r} from byte 0 (its lines already "
+            "landed would then count again)"
+        )
+    return state
+
+
+def _quoted_key_present(store: ObjectStore, site: str, source: str) -> str | None:
+    """The URL-quoted key of the source if the store holds it; None if it does not, or if the
+    store cannot hold such a key (a name too long for the file system)."""
+    key = quoted_registry_key(site, source)
+    if key is None:
         return None
-    return SourceState.from_json(store.read_bytes(key), where=store.uri(key))
+    try:
+        return key if store.exists(key) else None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return None
+        raise
 
 
 def write_state(store: ObjectStore, state: SourceState) -> None:
-    """Store the entry (after the data and manifests it describes)."""
+    """Store the entry under its hashed key (see the module docstring for when)."""
     store.write_text(landing_registry_key(state.site, state.source), state.to_json())

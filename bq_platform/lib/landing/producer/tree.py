@@ -4,6 +4,10 @@ Sites share nothing in the landing zone, so ``bq-platform land-tree`` lands them
 worker processes (landing is CPU-bound Python), one site per task, each site's files in name
 order. Each task builds its own store (a GCS client must not cross a fork). Landing is
 idempotent, so after a killed worker, landing the tree again completes it.
+
+A file that fails to land (unreadable, no timestamp, a write the store refused) does not stop
+its site or the tree: every other file and site lands, and the site's :class:`SiteLanding`
+names the file and why.
 """
 
 import concurrent.futures
@@ -15,8 +19,9 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from bq_platform.lib.core.layout import validate_site
 from bq_platform.lib.core.manifest import LandingError
-from bq_platform.lib.landing.producer.land import LandedFile, land_files
+from bq_platform.lib.landing.producer.land import FailedFile, LandedFile, land_all
 from bq_platform.lib.storage.base import ObjectStore
 
 
@@ -27,11 +32,14 @@ class SiteLanding:
     Attributes:
         files: input files found in the folder (hidden files are skipped).
         landed: :func:`~bq_platform.lib.landing.producer.land.land_file`'s results, in order.
+        failed: the files that did not land, each with why (the folder itself when it cannot
+            be listed or is no valid site name).
     """
 
     site: str
     files: int
     landed: list[LandedFile]
+    failed: list[FailedFile] = dataclasses.field(default_factory=list)
 
 
 def site_folders(root: str | os.PathLike[str]) -> list[Path]:
@@ -60,11 +68,16 @@ def land_site(
     first_hour: dt.datetime | None,
     log: logging.Logger | None = None,
 ) -> SiteLanding:
-    """Land every file of one site folder, in name order, into ``make_store()``; raises as
-    :func:`~bq_platform.lib.landing.producer.land.land_file`."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    landed = land_files(make_store(), folder.name, files, first_hour=first_hour, log=log)
-    return SiteLanding(folder.name, len(files), landed)
+    """Land every file of one site folder, in name order, into ``make_store()``; a file that
+    fails is in ``failed`` and the others land. Errors of ``make_store`` propagate."""
+    try:
+        validate_site(folder.name)
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    except (OSError, ValueError) as exc:
+        reason = f"{folder}: {exc}; fix the folder and land the tree again"
+        return SiteLanding(folder.name, 0, [], [FailedFile(str(folder), reason)])
+    landed, failed = land_all(make_store(), folder.name, files, first_hour=first_hour, log=log)
+    return SiteLanding(folder.name, len(files), landed, failed)
 
 
 def land_sites(
@@ -83,10 +96,13 @@ def land_sites(
         first_hour: the first hourly partition.
         workers: sites landed at once; 1 lands them in this process.
 
+    Yields:
+        One :class:`SiteLanding` per folder, files that failed included.
+
     Raises:
-        LandingError / ValueError: the first failing site's error, in folder order (running
-            sites finish), or ``workers`` below 1.
+        ValueError: ``workers`` below 1.
         RuntimeError: if a worker process died; what it landed stays.
+        Errors of ``make_store`` (a wrong setting), from the first site that builds it.
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")

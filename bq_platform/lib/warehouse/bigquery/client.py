@@ -23,7 +23,7 @@ LOCATION_RE = re.compile(r"^[A-Za-z0-9\-]{2,64}$")
 
 def check_identifier(value: str, pattern: re.Pattern[str], what: str) -> str:
     """``value`` if it matches ``pattern``, else ValueError naming ``what`` and the pattern."""
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ValueError(f"invalid BigQuery {what}: {value!r} (must match {pattern.pattern})")
     return value
 

@@ -32,7 +32,7 @@ BIGQUERY_TYPES: Mapping[str, str] = {v: k for k, v in DUCKDB_TYPES.items()}
 
 def ident(name: str) -> str:
     """``name`` quoted; ValueError unless it is ``[A-Za-z_][A-Za-z0-9_]*``."""
-    if not rules.TABLE_NAME_RE.match(name):
+    if not rules.TABLE_NAME_RE.fullmatch(name):
         raise ValueError(f"not a valid table or column name: {name!r}")
     return f'"{name}"'
 
