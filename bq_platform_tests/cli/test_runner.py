@@ -13,6 +13,7 @@ from bq_platform.cli.runner import PipelineRunner
 from bq_platform.defs.reports import assets as reports_assets
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.hours import day_hours
+from bq_platform.lib.core.reporting import COUNT_FIELDS, summary_table
 from bq_platform.lib.planning import batches
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.duckdb.warehouse import DuckDBWarehouse
@@ -159,6 +160,25 @@ def test_the_summary_keeps_its_columns_for_long_site_names(tmp_path):
         for heading, value in (("source", "93"), ("pages", "40"), ("rejected", "3")):
             column_end = header.index(heading) + len(heading)
             assert row[column_end - len(value) : column_end] == value, (heading, row)
+
+
+def test_the_summary_leaves_out_sites_with_no_lines_that_day():
+    """Each site has an audit row for every hour; a site that landed nothing that day (and is
+    balanced) is left out, and a day with no site left says so."""
+    zero = {k: 0 for k in COUNT_FIELDS}
+    landed = {**zero, "source_lines": 5, "pageviews": 2, "non_page_hits": 3}
+    rows = {
+        D1: [{"site": "epa.gov", **landed}, {"site": "zanbil.ir", **zero}],
+        D1 + dt.timedelta(days=1): [{"site": "epa.gov", **zero}],
+    }
+
+    lines = summary_table(rows, {})
+
+    assert [line.split()[1] for line in lines if line.startswith(str(D1))] == ["epa.gov"]
+    day2 = str(D1 + dt.timedelta(days=1))
+    assert [line for line in lines if line.startswith(day2)] == [
+        f"{day2} (no lines landed for this day)"
+    ]
 
 
 class _Result:

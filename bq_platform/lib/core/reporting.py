@@ -95,7 +95,9 @@ def summary_table(
     one followed by its failures' lines (:func:`capped`).
 
     ``rows_by_day``: the ``pageviews_audit`` rows of each day (one per site and hour), in the
-    order shown. ``checks_by_day``: ``(asset, check, passed)`` per partition evaluated.
+    order shown; a site with no source line that day and every hour balanced is left out (a day
+    with none left says so). ``checks_by_day``: ``(asset, check, passed)`` per partition
+    evaluated.
     ``failures_by_day``: the failures to detail (those not printed before).
     """
     by_day: dict[dt.date, dict[str, list[Mapping[str, Any]]]] = {}
@@ -110,14 +112,20 @@ def summary_table(
     )
     lines = [header, "-" * len(header)]
     for day, by_site in by_day.items():
+        shown = 0
         for site, site_rows in sorted(by_site.items()):
             s = {k: sum(r[k] for r in site_rows) for k in COUNT_FIELDS}
             ok = sum(row_balanced(r) for r in site_rows)
+            if not s["source_lines"] and ok == len(site_rows):
+                continue  # nothing landed for this site that day
+            shown += 1
             lines.append(
                 f"{day!s:<10} {site:<{width}} {s['source_lines']:>8} {s['pageviews']:>8} "
                 f"{s['non_page_hits']:>8} {s['rejected']:>8} {s['duplicates']:>6} "
                 f"{s['out_of_window']:>7} {s['sample_rows']:>6} {ok:>4}/{len(site_rows):<4}"
             )
+        if not shown:
+            lines.append(f"{day!s:<10} (no lines landed for this day)")
         outcomes: dict[tuple[str, str], list[bool]] = {}
         for asset, check, passed in checks_by_day.get(day, []):
             outcomes.setdefault((asset, check), []).append(passed)
