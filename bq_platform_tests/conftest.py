@@ -33,3 +33,16 @@ def spark() -> Iterator["object"]:
     session = builder.getOrCreate()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory, access_logs):
+    """The reference of the kill and signal tests: the first ``SLICE_LINES`` lines of the NASA
+    log landed and run once by a real ``bq-platform run``, never interrupted."""
+    from bq_platform_tests.cli.cli_home import SLICE_LINES, CliHome
+
+    home = CliHome(tmp_path_factory.mktemp("clean"))
+    assert home.land_slice(access_logs, home.root) == SLICE_LINES
+    result = home.cli("run")
+    assert result.returncode == 0, result.stdout
+    return home

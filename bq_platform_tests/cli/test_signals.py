@@ -27,7 +27,7 @@ from bq_platform.cli.signals import (
 )
 from bq_platform.defs.errors import fail_fast
 from bq_platform.defs.run_tags import CLI_TRIGGER, IN_PROGRESS_STATUSES, PID_TAG, TRIGGER_TAG
-from bq_platform_tests.cli.cli_home import BQ_PLATFORM, SLICE_LINES, CliHome, RunningCli
+from bq_platform_tests.cli.cli_home import BQ_PLATFORM, CliHome, RunningCli
 from bq_platform_tests.integration.test_kill import publishing, spark_is_writing
 
 #: Seconds a signalled ``run`` may take to end: a guard against a hang, not a measurement.
@@ -160,16 +160,6 @@ def test_stop_spark_stops_the_session_this_process_started():
     assert lines == ["rows before: 3", "active after: None", "usable after: no"], done.stdout
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, access_logs) -> CliHome:
-    """The slice landed and run once, never interrupted (the kill tests' ``clean_run``)."""
-    home = CliHome(tmp_path_factory.mktemp("reference"))
-    assert home.land_slice(access_logs, home.root) == SLICE_LINES
-    result = home.cli("run")
-    assert result.returncode == 0, result.stdout
-    return home
-
-
 def start(home: CliHome) -> RunningCli:
     """``bq-platform run`` in a process group of its own, as a service manager starts it."""
     proc = subprocess.Popen(
@@ -225,7 +215,7 @@ def assert_same_as_reference(home: CliHome, reference: CliHome) -> None:
 
 @pytest.mark.spark
 def test_sigterm_to_the_pid_mid_build_then_mid_publish_then_a_run_continues(
-    tmp_path, access_logs, reference
+    tmp_path, access_logs, clean_run
 ):
     home = CliHome(tmp_path)
     home.land_slice(access_logs, tmp_path)
@@ -240,12 +230,12 @@ def test_sigterm_to_the_pid_mid_build_then_mid_publish_then_a_run_continues(
     signal_when(publish, lambda: publishing(home, publish), _kill(signal.SIGTERM))
     assert_stopped(home, publish, signal.SIGTERM, earlier)
 
-    assert_same_as_reference(home, reference)
+    assert_same_as_reference(home, clean_run)
 
 
 @pytest.mark.spark
 def test_sigterm_to_the_process_group_then_sigint_mid_publish_then_a_run_continues(
-    tmp_path, access_logs, reference
+    tmp_path, access_logs, clean_run
 ):
     """To the group, SIGTERM also kills the Spark driver's JVM: no retry against it."""
     home = CliHome(tmp_path)
@@ -260,7 +250,7 @@ def test_sigterm_to_the_process_group_then_sigint_mid_publish_then_a_run_continu
     signal_when(publish, lambda: publishing(home, publish), _kill(signal.SIGINT))
     assert_stopped(home, publish, signal.SIGINT, earlier)
 
-    assert_same_as_reference(home, reference)
+    assert_same_as_reference(home, clean_run)
 
 
 def _kill(signum: int):

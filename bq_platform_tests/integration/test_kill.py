@@ -22,16 +22,6 @@ pytestmark = pytest.mark.spark
 HOUR = parse_hour("1995-08-01T04")
 
 
-@pytest.fixture(scope="module")
-def clean_run(tmp_path_factory, access_logs) -> CliHome:
-    """The reference: the slice landed and run once, never killed."""
-    home = CliHome(tmp_path_factory.mktemp("clean"))
-    assert home.land_slice(access_logs, home.root) == SLICE_LINES
-    result = home.cli("run")
-    assert result.returncode == 0, result.stdout
-    return home
-
-
 def killed_then_rerun(tmp_path: Path, access_logs: Path, marker) -> tuple[CliHome, str]:
     home = CliHome(tmp_path)
     home.land_slice(access_logs, tmp_path)
