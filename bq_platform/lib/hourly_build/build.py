@@ -55,6 +55,7 @@ from bq_platform.lib.hourly_build.read import (
     sql_conf,
 )
 from bq_platform.lib.hourly_build.superseded import record_superseded, superseded_units
+from bq_platform.lib.hourly_build.traffic import classify_pages
 from bq_platform.lib.hourly_build.transform import (
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
@@ -65,6 +66,7 @@ from bq_platform.lib.hourly_build.transform import (
 from bq_platform.lib.landing.deliveries import landed_hours, unreadable_landed_file, verify_landed
 from bq_platform.lib.landing.index import list_sites
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 
 _LOG = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ def build_hours(
     window: HourWindow | None = None,
     log: logging.Logger | None = None,
     lines_per_pass: int = DEFAULT_LINES_PER_PASS,
+    thresholds: ClassificationThresholds | None = None,
 ) -> list[HourManifest]:
     """Build the pageview Parquet files and hour manifests of ``hours`` (see module docstring).
 
@@ -96,6 +99,7 @@ def build_hours(
         window: the partitions' hours; None: no bounds.
         log: ``logging.Logger`` or Dagster's ``context.log``; progress at INFO.
         lines_per_pass: the most source lines one Spark pass reads.
+        thresholds: the traffic heuristics' configuration; None: the defaults.
 
     Returns:
         One :class:`HourManifest` per hour, in hour order, as written.
@@ -167,6 +171,7 @@ def build_hours(
                 visitors,
                 log,
                 window=window,
+                thresholds=thresholds or ClassificationThresholds(),
             )
         except Exception as exc:
             unreadable = unreadable_landed_file(exc, store, every)
@@ -250,6 +255,7 @@ def _run_spark(
     visitors: dict[tuple[str, str], tuple[int, int]],
     log: logging.Logger,
     window: HourWindow | None = None,
+    thresholds: ClassificationThresholds | None = None,
 ) -> None:
     """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
     full_prefix, sample_prefix, dead_prefix = prefixes
@@ -313,9 +319,12 @@ def _run_spark(
 
             t1 = time.monotonic()
             hour_col = F.col("hour_label").alias(HOUR_FOLDER_COLUMN)
-            page_rows = pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
+            classified_pages = classify_pages(rows, pages, thresholds or ClassificationThresholds())
+            page_rows = classified_pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
             write_hour_folders(page_rows, store.uri(full_prefix))
-            sample_rows = page_rows.where(F.col("in_sample"))
+            sample_rows = classified_pages.where(F.col("in_sample")).select(
+                *PAGEVIEW_COLUMN_NAMES, hour_col
+            )
             n_sample = sum(int(r["sample_rows"]) for r in counts)
             if 0 < n_sample <= DRIVER_SAMPLE_ROWS:
                 schema = pageview_arrow_schema()

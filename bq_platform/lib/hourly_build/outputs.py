@@ -13,12 +13,14 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib.core import logformat as lf
 from bq_platform.lib.core.accounting import MAX_SAMPLE_CHARS
+from bq_platform.lib.hourly_build.traffic import ROBOTS_TXT_COLUMN, robots_txt_column
 from bq_platform.lib.hourly_build.transform import (
     CATEGORIES,
+    CATEGORY_NON_PAGE,
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
-    PAGEVIEW_COLUMN_NAMES,
+    PARSED_COLUMN_NAMES,
 )
 from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.schema import DEADLETTER_COLUMNS_SPEC, PAGEVIEW_COLUMNS
@@ -40,9 +42,14 @@ SAMPLE_COLUMN_PREFIX = "sample:"
 def slim(classified: DataFrame) -> DataFrame:
     """What the outputs and counts need of ``classified`` (the transform's output with
     ``file_no`` and ``unit_no``), each column set only on the rows that need it (the rows are
-    cached uncompressed): page columns for pages, raw text and file for dead letters."""
+    cached uncompressed): page columns for pages, raw text and file for dead letters, the
+    site-hour (``unit_no``) and ``client`` for pages and in-window fetches of ``/robots.txt``
+    (:data:`~bq_platform.lib.hourly_build.traffic.ROBOTS_TXT_COLUMN`), which the traffic
+    heuristics count."""
     category = F.col("category")
     page = category == CATEGORY_PAGE
+    robots = category.isin(CATEGORY_PAGE, CATEGORY_NON_PAGE) & robots_txt_column(F.col("page_path"))
+    visitor_line = page | robots
     dead = category.isin(CATEGORY_REJECTED, CATEGORY_OUT_OF_WINDOW)
     written = page | dead
 
@@ -54,13 +61,16 @@ def slim(classified: DataFrame) -> DataFrame:
 
     return classified.select(
         "file_no",
-        F.when(page, F.col("unit_no")).alias("unit_no"),
+        F.when(visitor_line, F.col("unit_no")).alias("unit_no"),
+        F.when(visitor_line, F.col("client")).alias("client"),
+        robots.alias(ROBOTS_TXT_COLUMN),
         F.when(written, F.col("hour_label")).alias("hour_label"),
         F.when(dead, F.col("data_key")).alias("data_key"),
         "line_no",
         "category",
-        *[page_column(c) for c in PAGEVIEW_COLUMN_NAMES],
+        *[page_column(c) for c in PARSED_COLUMN_NAMES],
         "in_sample",
+        F.when(page, F.col("user_agent_field")).alias("user_agent_field"),
         F.when(dead, F.col("reason")).alias("reason"),
         F.when(dead, F.col("raw")).alias("raw"),
     )

@@ -4,15 +4,21 @@ Native Spark SQL functions only (no Python UDF), none that throws on bad input (
 ``try_cast``, ``try_to_timestamp``, ``get``). Every input row gives exactly one output row.
 
 Input: :data:`INPUT_COLUMNS` (``hour_label`` is the partition's UTC hour ``YYYY-MM-DDTHH``,
-``line_no`` BIGINT 1-based). Output: :data:`OUTPUT_COLUMNS`, the pageview columns in
-:data:`bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS` order and types, then:
+``line_no`` BIGINT 1-based). Output: :data:`OUTPUT_COLUMNS`, the parsed pageview columns
+(:data:`PARSED_COLUMN_NAMES`: :data:`bq_platform.lib.warehouse.schema.PAGEVIEW_COLUMNS` but the
+traffic columns, which :mod:`bq_platform.lib.hourly_build.traffic` adds) in that order and
+types, then:
 
 - ``category``: one of :data:`CATEGORIES` (``out_of_window``: timestamp outside ``hour_label``);
 - ``reason``: null for pages and non-pages, else a code of :mod:`bq_platform.lib.core.logformat`;
 - ``raw``: the line as valid UTF-8, ``\\r`` kept;
 - pageview columns: complete for pages, what could be parsed otherwise; ``event_id``
   (:func:`event_id`, stable across re-runs) and ``visitor_id`` only for pages;
-- ``in_sample``: the page's visitor is in the 1-in-200 sample.
+- ``in_sample``: the page's visitor is in the 1-in-200 sample;
+- ``client``: the client address as logged (``visitor_id`` is its keyed hash), for every line
+  that has one, so that a visitor's lines of the hour can be grouped;
+- ``user_agent_field``: the line's format has a user-agent field (Combined), whether or not
+  it holds one; false for Common Log Format lines.
 
 Each regex runs once per line: ``regexp_replace`` rewrites the line into its groups joined by
 ``\\n`` (which no line contains) and the result is split. :data:`FAST_LINE_PATTERN` reads the
@@ -31,11 +37,11 @@ from bq_platform.lib.core import logformat as lf
 from bq_platform.lib.core.pages import is_page_column
 from bq_platform.lib.core.partition_window import HourWindow, out_of_window_reason_column
 from bq_platform.lib.core.pseudonymize import in_sample_column, visitor_id_column
-from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS
+from bq_platform.lib.warehouse.schema import PAGEVIEW_COLUMNS, TRAFFIC_COLUMNS
 
 #: Bump whenever the output for the same input changes (it is part of every hour's fingerprint,
 #: hence of the load job IDs: a new version reloads, an unchanged one is skipped).
-TRANSFORM_VERSION = "pageviews-transform/4"
+TRANSFORM_VERSION = "pageviews-transform/5"
 
 CATEGORY_PAGE = "page"
 CATEGORY_NON_PAGE = "non_page"
@@ -50,11 +56,16 @@ CATEGORIES: tuple[str, ...] = (
 
 INPUT_COLUMNS: tuple[str, ...] = ("site", "hour_label", "data_key", "file_sha256", "line_no", "raw")
 #: ``raw`` is one line: a value containing ``\n`` is classified ``malformed``.
+#: Every column of ``pageviews``, in the table's order.
 PAGEVIEW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in PAGEVIEW_COLUMNS)
+#: The pageview columns the transform fills: all but the traffic classification.
+PARSED_COLUMN_NAMES: tuple[str, ...] = tuple(
+    name for name in PAGEVIEW_COLUMN_NAMES if name not in {c.name for c in TRAFFIC_COLUMNS}
+)
 OUTPUT_COLUMNS: tuple[str, ...] = (
     ("hour_label", "data_key", "line_no", "category", "reason", "raw")
-    + PAGEVIEW_COLUMN_NAMES
-    + ("in_sample",)
+    + PARSED_COLUMN_NAMES
+    + ("in_sample", "client", "user_agent_field")
 )
 
 _SEP = lf.NEWLINE  # field separator of a rewritten line: cannot occur in a line
@@ -115,6 +126,12 @@ def _unescape(value: Column) -> Column:
     pairs = F.replace(value, F.lit("\\\\"), F.lit(_SEP))
     quotes = F.replace(pairs, F.lit('\\"'), F.lit('"'))
     return F.replace(quotes, F.lit(_SEP), F.lit("\\"))
+
+
+def _has_user_agent_field(line: Column, field: Sequence[Column]) -> Column:
+    """The matched line is Combined: it has a referrer, user agent or later field, or it ends
+    with the closing quote of an empty user agent (a Common line ends with its bytes)."""
+    return (field[8] != "") | (field[9] != "") | (field[10] != "") | line.endswith('"')
 
 
 def _diagnose(line: Column, one_line: Column, loose: Column) -> Column:
@@ -232,6 +249,7 @@ def transform_lines(
         (field[7].isNotNull() & (field[7] != "-") & bytes_value.isNull()).alias("bad_bytes"),
         _optional(field[8]).alias("referrer"),
         _optional(field[9]).alias("user_agent"),
+        _has_user_agent_field(F.col("line"), field).alias("user_agent_field"),
         F.when(field[0] != "", field[0]).alias("vhost"),
         F.when(field[10] != "", field[10]).alias("extra_fields"),
         F.when(F.size(f) == _FAST_PARTS, F.slice(f, _FAST_REQUEST_AT + 1, 4)).alias("fast_request"),
@@ -263,6 +281,7 @@ def transform_lines(
         "bad_bytes",
         "referrer",
         "user_agent",
+        "user_agent_field",
         "vhost",
         "extra_fields",
         r.alias("r"),
@@ -291,6 +310,7 @@ def transform_lines(
         "bad_bytes",
         "referrer",
         "user_agent",
+        "user_agent_field",
         "vhost",
         "extra_fields",
         F.when(is_request, F.get(r, 0)).alias("http_method"),
@@ -340,7 +360,9 @@ def transform_lines(
         "category",
         "reason",
         "raw",
-        *PAGEVIEW_COLUMN_NAMES,
+        *PARSED_COLUMN_NAMES,
         in_sample_column(F.col("visitor_id")).alias("in_sample"),
+        F.col("host").alias("client"),
+        F.coalesce(F.col("user_agent_field"), F.lit(False)).alias("user_agent_field"),
         *keep,
     )

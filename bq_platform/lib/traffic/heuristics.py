@@ -10,16 +10,17 @@ written after the name):
   (the request's path, query removed; any method and status) in the hour: all its lines of
   that hour are marked. Crawlers that honour the Robots Exclusion Protocol (RFC 9309) fetch it
   before crawling; a browser has no reason to.
-- :data:`REQUEST_RATE` (``heuristic:request_rate>120/h`` for 120): the visitor made more than
-  the threshold of requests (log lines, pages or not) in the hour: all its lines of that hour
-  are marked.
+- :data:`PAGE_RATE` (``heuristic:page_rate>720/h`` for 720): the visitor requested more
+  pages (rows of ``pageviews``) than the threshold in the hour: all its pages of that hour are
+  marked. Pages, not all requests: a browser fetches a page's images, scripts and styles with
+  it, so the request count of a human grows with the pages' weight, not with their number.
 - :data:`EMPTY_USER_AGENT` (``heuristic:empty_user_agent``): the line's format has a
   user-agent field (Combined) and the field is empty or ``-``. A Common Log Format line has no
   such field and is never marked by it: such lines are classified by the other heuristics
   alone.
 
 When several apply to a line, the first in :data:`HEURISTICS` names its reason. Which of them
-run, and the rate threshold, are configuration
+run, and the page-rate threshold, are configuration
 (:class:`bq_platform.lib.traffic.thresholds.ClassificationThresholds`).
 """
 
@@ -27,10 +28,10 @@ run, and the rate threshold, are configuration
 REASON_PREFIX = "heuristic:"
 
 ROBOTS_TXT = "robots_txt"
-REQUEST_RATE = "request_rate"
+PAGE_RATE = "page_rate"
 EMPTY_USER_AGENT = "empty_user_agent"
 #: Every heuristic, in the order that picks a line's reason when several apply.
-HEURISTICS: tuple[str, ...] = (ROBOTS_TXT, REQUEST_RATE, EMPTY_USER_AGENT)
+HEURISTICS: tuple[str, ...] = (ROBOTS_TXT, PAGE_RATE, EMPTY_USER_AGENT)
 
 #: The path whose fetch marks a visitor (RFC 9309: robots.txt is at the root of the host).
 ROBOTS_TXT_PATH = "/robots.txt"
@@ -46,18 +47,18 @@ def robots_txt_reason() -> str:
     return REASON_PREFIX + ROBOTS_TXT
 
 
-def request_rate_reason(max_requests_per_hour: int) -> str:
-    """``bot_reason`` of a line marked by :data:`REQUEST_RATE` with this threshold:
-    ``heuristic:request_rate>{max_requests_per_hour}/h``.
+def page_rate_reason(max_pages_per_hour: int) -> str:
+    """``bot_reason`` of a line marked by :data:`PAGE_RATE` with this threshold:
+    ``heuristic:page_rate>{max_pages_per_hour}/h``.
 
     Raises:
         ValueError: the threshold is not a positive integer.
     """
-    if not is_positive_int(max_requests_per_hour):
+    if not is_positive_int(max_pages_per_hour):
         raise ValueError(
-            f"the request-rate threshold must be a positive integer, got {max_requests_per_hour!r}"
+            f"the page-rate threshold must be a positive integer, got {max_pages_per_hour!r}"
         )
-    return f"{REASON_PREFIX}{REQUEST_RATE}>{max_requests_per_hour}/h"
+    return f"{REASON_PREFIX}{PAGE_RATE}>{max_pages_per_hour}/h"
 
 
 def empty_user_agent_reason() -> str:

@@ -8,7 +8,7 @@ thresholds, e.g.::
 
     crawler-user-agents==1.67.0;ua-parser==1.0.2;ua-parser-builtins==202610;
     resolver=regex;ua-parser-rs==0.1.5;
-    heuristics=heuristic:robots_txt,heuristic:request_rate>120/h,heuristic:empty_user_agent
+    heuristics=heuristic:robots_txt,heuristic:page_rate>720/h,heuristic:empty_user_agent
 
 (one line, without the breaks). The same versions and thresholds give the same string on every
 machine and run; changing any of them changes it.

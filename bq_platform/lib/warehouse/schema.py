@@ -91,6 +91,42 @@ class TableSpec:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+#: The traffic classification of a pageview (:mod:`bq_platform.lib.traffic.classes`): the last
+#: columns of ``pageviews``, as BigQuery adds columns only at the end of a table.
+TRAFFIC_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "traffic_class",
+        "STRING",
+        "REQUIRED",
+        "human, bot (user agent on the crawler-user-agents list) or suspected_bot (a heuristic).",
+    ),
+    Column(
+        "bot_reason",
+        "STRING",
+        "NULLABLE",
+        "Why the row is not human: crawler-user-agents:<pattern> or "
+        "heuristic:<name>[threshold]; null for human rows.",
+    ),
+    Column(
+        "browser_family",
+        "STRING",
+        "NULLABLE",
+        "ua-parser browser family; null only where the line has no user agent.",
+    ),
+    Column(
+        "os_family",
+        "STRING",
+        "NULLABLE",
+        "ua-parser OS family; null only where the line has no user agent.",
+    ),
+    Column(
+        "device_family",
+        "STRING",
+        "NULLABLE",
+        "ua-parser device family; null only where the line has no user agent.",
+    ),
+)
+
 PAGEVIEW_COLUMNS: tuple[Column, ...] = (
     Column(
         "event_id",
@@ -118,6 +154,7 @@ PAGEVIEW_COLUMNS: tuple[Column, ...] = (
         "NULLABLE",
         "Fields after the user agent (%D, $request_time...), as written; null if none.",
     ),
+    *TRAFFIC_COLUMNS,
 )
 
 AUDIT_COLUMNS_SPEC: tuple[Column, ...] = (

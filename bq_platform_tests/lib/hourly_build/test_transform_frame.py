@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib.hourly_build.transform import (
     OUTPUT_COLUMNS,
-    PAGEVIEW_COLUMN_NAMES,
+    PARSED_COLUMN_NAMES,
     transform_lines,
 )
 from bq_platform_tests.lib.hourly_build.transform_reference import (
@@ -63,7 +63,7 @@ def test_schema_and_one_row_per_line(spark) -> None:
     out = transform_lines(inputs, visitor_key=KEY)
     assert tuple(out.columns) == OUTPUT_COLUMNS
     types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
-    assert {c: types[c] for c in PAGEVIEW_COLUMN_NAMES} == {
+    assert {c: types[c] for c in PARSED_COLUMN_NAMES} == {
         "event_id": "string",
         "event_ts": "timestamp",
         "event_date": "date",

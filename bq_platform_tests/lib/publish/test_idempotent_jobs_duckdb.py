@@ -52,6 +52,7 @@ def write_hour(path: Path, hour: dt.datetime, n: int, tag: str) -> str:
             "http_method": "GET",
             "http_protocol": "HTTP/1.0",
             "status": 200,
+            "traffic_class": "human",
         }
         for i in range(n)
     ]

@@ -10,7 +10,7 @@ from bq_platform.lib.traffic.heuristics import (
     HEURISTICS,
     REASON_PREFIX,
     empty_user_agent_reason,
-    request_rate_reason,
+    page_rate_reason,
     robots_txt_reason,
 )
 from bq_platform.lib.traffic.thresholds import ClassificationThresholds
@@ -24,26 +24,26 @@ def test_traffic_classes_are_spelled_once():
 
 def test_heuristic_reasons():
     assert robots_txt_reason() == "heuristic:robots_txt"
-    assert request_rate_reason(120) == "heuristic:request_rate>120/h"
+    assert page_rate_reason(720) == "heuristic:page_rate>720/h"
     assert empty_user_agent_reason() == "heuristic:empty_user_agent"
-    reasons = (robots_txt_reason(), request_rate_reason(1), empty_user_agent_reason())
+    reasons = (robots_txt_reason(), page_rate_reason(1), empty_user_agent_reason())
     assert tuple(r.removeprefix(REASON_PREFIX).split(">")[0] for r in reasons) == HEURISTICS
 
 
 @pytest.mark.parametrize("threshold", [0, -5, True, 1.5, "120", None])
-def test_request_rate_reason_needs_a_positive_integer(threshold):
+def test_page_rate_reason_needs_a_positive_integer(threshold):
     with pytest.raises(ValueError, match="positive integer"):
-        request_rate_reason(threshold)
+        page_rate_reason(threshold)
 
 
 def test_thresholds_name_the_heuristics_that_run_in_order():
     assert ClassificationThresholds().heuristic_reasons() == (
         "heuristic:robots_txt",
-        "heuristic:request_rate>120/h",
+        "heuristic:page_rate>720/h",
         "heuristic:empty_user_agent",
     )
-    assert ClassificationThresholds(max_requests_per_visitor_hour=30).heuristic_reasons()[1] == (
-        "heuristic:request_rate>30/h"
+    assert ClassificationThresholds(max_pages_per_visitor_hour=30).heuristic_reasons()[1] == (
+        "heuristic:page_rate>30/h"
     )
     off = ClassificationThresholds(None, robots_txt_marks_visitor=False)
     assert off.heuristic_reasons() == ("heuristic:empty_user_agent",)
@@ -52,8 +52,8 @@ def test_thresholds_name_the_heuristics_that_run_in_order():
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"max_requests_per_visitor_hour": 0},
-        {"max_requests_per_visitor_hour": 2.5},
+        {"max_pages_per_visitor_hour": 0},
+        {"max_pages_per_visitor_hour": 2.5},
         {"robots_txt_marks_visitor": "yes"},
         {"empty_user_agent_marks_line": 1},
     ],
@@ -68,7 +68,7 @@ def test_classifier_version_names_the_installed_rules_and_the_thresholds():
     engine = f"ua-parser-rs=={importlib.metadata.version('ua-parser-rs')}"
     assert classifier_version(ClassificationThresholds()) == (
         f"{installed};resolver=regex;{engine};heuristics=heuristic:robots_txt,"
-        "heuristic:request_rate>120/h,heuristic:empty_user_agent"
+        "heuristic:page_rate>720/h,heuristic:empty_user_agent"
     )
     assert classifier_version(ClassificationThresholds(None, False, False)) == (
         f"{installed};resolver=regex;{engine};heuristics=none"
@@ -78,8 +78,8 @@ def test_classifier_version_names_the_installed_rules_and_the_thresholds():
 def test_classifier_version_changes_with_any_threshold():
     variants = [
         ClassificationThresholds(),
-        ClassificationThresholds(max_requests_per_visitor_hour=121),
-        ClassificationThresholds(max_requests_per_visitor_hour=None),
+        ClassificationThresholds(max_pages_per_visitor_hour=721),
+        ClassificationThresholds(max_pages_per_visitor_hour=None),
         ClassificationThresholds(robots_txt_marks_visitor=False),
         ClassificationThresholds(empty_user_agent_marks_line=False),
     ]

@@ -71,6 +71,7 @@ def pageview_parquet(hour: dt.datetime, rows: int, tag: str = "a", site: str = "
         http_protocol=["HTTP/1.0"] * rows,
         status=[200] * rows,
         response_bytes=[1000 + i for i in range(rows)],
+        traffic_class=["human"] * rows,
     )
     buffer = io.BytesIO()
     pq.write_table(pa.table(data, schema=PAGEVIEW_ARROW_SCHEMA), buffer)

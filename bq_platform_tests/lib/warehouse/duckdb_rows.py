@@ -50,6 +50,7 @@ def pageviews(hour: dt.datetime, n: int, *, site: str = "epa.gov", tag: str = "a
             "response_bytes": 100 + i,
             "referrer": None,
             "user_agent": None,
+            "traffic_class": "human",
         }
         for i in range(n)
     ]

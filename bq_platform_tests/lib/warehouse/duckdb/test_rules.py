@@ -82,6 +82,7 @@ def _write_hour(path: Path, hour: dt.datetime, n: int) -> str:
             "page_path": "/",
             "http_method": "GET",
             "status": 200,
+            "traffic_class": "human",
         }
         for i in range(n)
     ]

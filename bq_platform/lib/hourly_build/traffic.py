@@ -1,0 +1,141 @@
+"""The traffic classification of a build's pages: ``traffic_class``, ``bot_reason`` and the
+browser, OS and device families (:data:`bq_platform.lib.warehouse.schema.TRAFFIC_COLUMNS`).
+
+What depends on the user agent alone, the crawler list's entry
+(:func:`bq_platform.lib.traffic.crawlers.crawler_pattern`) and the families
+(:func:`bq_platform.lib.traffic.ua_families.parse_families`), is computed in Python on the
+driver once per *distinct* user agent of the pass (:func:`user_agent_rows`), and joined back
+with a broadcast join: the pages of a build share few user agents. What depends on the visitor
+(:mod:`bq_platform.lib.traffic.heuristics`) is counted per site-hour and client address over
+every line of the hour, pages or not (a fetch of ``/robots.txt`` is no page).
+
+A line is ``bot`` when its user agent is on the list, else ``suspected_bot`` when a heuristic
+of the configured :class:`~bq_platform.lib.traffic.thresholds.ClassificationThresholds` marks
+it (the first of :data:`~bq_platform.lib.traffic.heuristics.HEURISTICS` names its reason),
+else ``human``. A line of a format without a user-agent field (Common Log Format) has no list
+entry, no families, and is classified by the visitor heuristics alone.
+"""
+
+from collections.abc import Iterable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from bq_platform.lib.hourly_build.transform import CATEGORY_PAGE
+from bq_platform.lib.traffic.classes import BOT, HUMAN, SUSPECTED_BOT
+from bq_platform.lib.traffic.crawlers import crawler_pattern, crawler_reason
+from bq_platform.lib.traffic.heuristics import (
+    ROBOTS_TXT_PATH,
+    empty_user_agent_reason,
+    page_rate_reason,
+    robots_txt_reason,
+)
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
+from bq_platform.lib.traffic.ua_families import parse_families
+from bq_platform.lib.traffic.user_agent import has_user_agent
+
+#: The columns :func:`user_agent_rows` gives per distinct user agent.
+USER_AGENT_SCHEMA = StructType(
+    [
+        StructField("user_agent", StringType(), False),
+        StructField("crawler_reason", StringType(), True),
+        StructField("browser_family", StringType(), True),
+        StructField("os_family", StringType(), True),
+        StructField("device_family", StringType(), True),
+    ]
+)
+#: Column set on the lines :func:`classify_pages` needs beside the pages: fetches of
+#: ``/robots.txt`` (any method and status, in the hour's window).
+ROBOTS_TXT_COLUMN = "robots_txt"
+
+
+def robots_txt_column(page_path: Column) -> Column:
+    """True where the request's path (query removed) is ``/robots.txt``; never null."""
+    return F.coalesce(page_path == ROBOTS_TXT_PATH, F.lit(False))
+
+
+def user_agent_rows(user_agents: Iterable[str | None]) -> list[tuple[str, ...]]:
+    """One row of :data:`USER_AGENT_SCHEMA` per distinct user agent of ``user_agents`` (those
+    without one, None ``''`` ``'-'``, are left out): the list's ``bot_reason`` (None when
+    unlisted) and the three families. Each distinct text is classified once."""
+    rows = []
+    for agent in sorted({a for a in user_agents if has_user_agent(a)}):
+        pattern = crawler_pattern(agent)
+        families = parse_families(agent)
+        rows.append(
+            (agent, None if pattern is None else crawler_reason(pattern), *(families or ()))
+        )
+    return rows
+
+
+def user_agent_frame(spark: SparkSession, user_agents: Iterable[str | None]) -> DataFrame:
+    """:func:`user_agent_rows` as a small DataFrame of :data:`USER_AGENT_SCHEMA`."""
+    return spark.createDataFrame(user_agent_rows(user_agents), USER_AGENT_SCHEMA)
+
+
+def classify_pages(
+    lines: DataFrame, pages: DataFrame, thresholds: ClassificationThresholds
+) -> DataFrame:
+    """``pages`` with the traffic columns appended.
+
+    Args:
+        lines: the pass's lines with ``unit_no`` (the site-hour), ``client``, ``category`` and
+            :data:`ROBOTS_TXT_COLUMN`; ``unit_no`` and ``client`` may be null on lines that are
+            neither pages nor robots.txt fetches.
+        pages: the pass's pages (a subset of ``lines``), with ``unit_no``, ``client``,
+            ``category``, ``user_agent`` and ``user_agent_field``.
+        thresholds: which heuristics run.
+
+    Returns:
+        ``pages``' columns, then ``traffic_class``, ``bot_reason``, ``browser_family``,
+        ``os_family``, ``device_family``; one row per page. Runs one Spark job to collect the
+        distinct user agents.
+    """
+    spark = pages.sparkSession
+    agents = [r[0] for r in pages.select("user_agent").distinct().collect()]
+    per_agent = F.broadcast(user_agent_frame(spark, agents)).withColumnRenamed(
+        "user_agent", "agent"
+    )
+    keyed = lines.where(F.col("unit_no").isNotNull() & F.col("client").isNotNull())
+    visitors = keyed.groupBy("unit_no", "client").agg(
+        F.count_if(F.col("category") == CATEGORY_PAGE).alias("visitor_pages"),
+        F.bool_or(F.col(ROBOTS_TXT_COLUMN)).alias("visitor_robots_txt"),
+    )
+    joined = pages.join(visitors, ["unit_no", "client"], "left").join(
+        per_agent, F.col("user_agent") == F.col("agent"), "left"
+    )
+    reason = _reason(thresholds)
+    traffic_class = (
+        F.when(F.col("crawler_reason").isNotNull(), F.lit(BOT))
+        .when(reason.isNotNull(), F.lit(SUSPECTED_BOT))
+        .otherwise(F.lit(HUMAN))
+    )
+    return joined.select(
+        *pages.columns,
+        # Set on every page; a nullable column like every other of the Parquet files
+        # (:func:`bq_platform.lib.hourly_build.outputs.pageview_arrow_schema`).
+        F.when(F.col("category") == CATEGORY_PAGE, traffic_class).alias("traffic_class"),
+        F.coalesce(F.col("crawler_reason"), reason).alias("bot_reason"),
+        "browser_family",
+        "os_family",
+        "device_family",
+    )
+
+
+def _reason(thresholds: ClassificationThresholds) -> Column:
+    """The first heuristic's ``bot_reason`` that marks the row, else null."""
+    marks: list[tuple[Column, str]] = []
+    if thresholds.robots_txt_marks_visitor:
+        marks.append((F.coalesce(F.col("visitor_robots_txt"), F.lit(False)), robots_txt_reason()))
+    limit = thresholds.max_pages_per_visitor_hour
+    if limit is not None:
+        rate = F.coalesce(F.col("visitor_pages") > limit, F.lit(False))
+        marks.append((rate, page_rate_reason(limit)))
+    if thresholds.empty_user_agent_marks_line:
+        empty = F.col("user_agent_field") & F.col("user_agent").isNull()
+        marks.append((empty, empty_user_agent_reason()))
+    reason: Column = F.lit(None).cast("string")
+    for condition, text in reversed(marks):
+        reason = F.when(condition, F.lit(text)).otherwise(reason)
+    return reason
