@@ -29,6 +29,8 @@ from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS, key_id
 from bq_platform.lib.hourly_build.transform import TRANSFORM_VERSION
 from bq_platform.lib.landing.index import LandingIndex, scan_landing
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
+from bq_platform.lib.traffic.version import classifier_version
 from bq_platform.lib.warehouse.base import Warehouse
 from bq_platform.lib.warehouse.schema import (
     DEADLETTERS_TABLE,
@@ -137,11 +139,20 @@ def scan_window(
     return scan_landing(store, since=since)
 
 
-def expected_hour_fingerprint(index: LandingIndex, hour: dt.datetime, visitor_key: str) -> str:
-    """The fingerprint a fresh build of ``hour`` would have now (an empty hour has one too)."""
+def expected_hour_fingerprint(
+    index: LandingIndex,
+    hour: dt.datetime,
+    visitor_key: str,
+    thresholds: ClassificationThresholds | None = None,
+) -> str:
+    """The fingerprint a fresh build of ``hour`` would have now (an empty hour has one too),
+    with the installed traffic classifier and ``thresholds`` (None: the defaults)."""
     landed = index.get(hour)
     input_fp = landed.input_fingerprint if landed else input_fingerprint(())
-    return hour_fingerprint(input_fp, TRANSFORM_VERSION, key_id(visitor_key), SAMPLE_MODULUS)
+    classifier = classifier_version(thresholds or ClassificationThresholds())
+    return hour_fingerprint(
+        input_fp, TRANSFORM_VERSION, key_id(visitor_key), SAMPLE_MODULUS, classifier
+    )
 
 
 def is_closed(hour: dt.datetime, now: dt.datetime | None) -> bool:

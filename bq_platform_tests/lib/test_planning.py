@@ -12,6 +12,7 @@ from bq_platform.lib import planning
 from bq_platform.lib.landing.index import scan_landing
 from bq_platform.lib.planning import FailedPublish, plan_automation, plan_day
 from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform_tests.lib.build_inputs import land
 
 UTC = dt.UTC
@@ -117,3 +118,30 @@ def test_a_retried_publish_gets_a_new_run_key(day):
     (second,) = requests({DAY: other})
     assert first.run_key != second.run_key  # the daemon drops a run key it has seen
     assert first.run_key.startswith(f"publish:{DAY}:")
+
+
+def test_the_classifier_version_and_thresholds_are_part_of_the_hour_fingerprint(
+    tmp_path, monkeypatch
+):
+    store = LocalObjectStore(tmp_path / "lake")
+    land(store, "epa.gov", dt.datetime.combine(DAY, dt.time(4), tzinfo=UTC), [b"x"])
+    index = scan_landing(store)
+    hours = [dt.datetime.combine(DAY, dt.time(h), tzinfo=UTC) for h in range(24)]
+    built = {
+        h: types.SimpleNamespace(fingerprint=planning.expected_hour_fingerprint(index, h, KEY))
+        for h in hours
+    }
+    monkeypatch.setattr(
+        planning, "read_hour_manifests", lambda _store, hs: {h: built[h] for h in hs}
+    )
+    warehouse = PublishRecords()
+    warehouse.fingerprint = plan_day(DAY, index, store, warehouse, KEY).fingerprint
+    rerun = plan_day(DAY, index, store, warehouse, KEY)
+    assert rerun.reason == "up to date" and not rerun.build
+
+    hour = hours[4]
+    stricter = ClassificationThresholds(max_pages_per_visitor_hour=10)
+    assert planning.expected_hour_fingerprint(index, hour, KEY, stricter) != built[hour].fingerprint
+
+    monkeypatch.setattr(planning, "classifier_version", lambda thresholds: "another list")
+    assert plan_day(DAY, index, store, warehouse, KEY).build

@@ -40,12 +40,21 @@ def input_fingerprint(checksums: Iterable[tuple[str, str]]) -> str:
 
 
 def hour_fingerprint(
-    input_fp: str, transform_version: str, key_id: str, sample_modulus: int
+    input_fp: str, transform_version: str, key_id: str, sample_modulus: int, classifier: str
 ) -> str:
-    """Content fingerprint of one hour's Parquet output, a pure function of these four
-    arguments (Parquet bytes themselves are not reproducible)."""
+    """Content fingerprint of one hour's Parquet output, a pure function of these five
+    arguments (Parquet bytes themselves are not reproducible). ``classifier`` is the traffic
+    classifier's version with its thresholds
+    (:func:`bq_platform.lib.traffic.version.classifier_version`): an upgrade of the crawler
+    list or the user-agent rules, or another threshold, changes it."""
     return sha256_json(
-        {"input": input_fp, "transform": transform_version, "key": key_id, "sample": sample_modulus}
+        {
+            "input": input_fp,
+            "transform": transform_version,
+            "key": key_id,
+            "sample": sample_modulus,
+            "classifier": classifier,
+        }
     )
 
 

@@ -67,6 +67,7 @@ from bq_platform.lib.landing.deliveries import landed_hours, unreadable_landed_f
 from bq_platform.lib.landing.index import list_sites
 from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.traffic.thresholds import ClassificationThresholds
+from bq_platform.lib.traffic.version import classifier_version
 
 _LOG = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ def build_hours(
         key_ident,
         (full_prefix, sample_prefix, dead_prefix),
         orphans=orphans,
+        classifier=classifier_version(thresholds or ClassificationThresholds()),
     )
     # The manifests these replace: what this attempt displaces, for the cleanup.
     try:

@@ -70,6 +70,8 @@ def hour_manifests(
     key_ident: str,
     prefixes: tuple[str, str, str],
     orphans: Mapping[tuple[str, dt.datetime], Sequence[str]] | None = None,
+    *,
+    classifier: str,
 ) -> list[HourManifest]:
     """One manifest per hour of ``hour_list``, in order; writes the empty Parquet files needed.
 
@@ -145,7 +147,7 @@ def hour_manifests(
                 hour=hour,
                 attempt_id=attempt_id,
                 fingerprint=job_ids.hour_fingerprint(
-                    input_fp, TRANSFORM_VERSION, key_ident, SAMPLE_MODULUS
+                    input_fp, TRANSFORM_VERSION, key_ident, SAMPLE_MODULUS, classifier
                 ),
                 input_fingerprint=input_fp,
                 full_files=tuple(files_of[full_prefix]),

@@ -73,20 +73,21 @@ def test_input_fingerprint_ignores_order_and_repeated_deliveries():
     assert a != input_fingerprint([("t", "1"), ("s", "2")])
 
 
-def test_hour_fingerprint_depends_on_content_code_key_and_rate():
-    base = hour_fingerprint("in", "1", "key", 200)
-    assert base == hour_fingerprint("in", "1", "key", 200)
+def test_hour_fingerprint_depends_on_content_code_key_rate_and_classifier():
+    base = hour_fingerprint("in", "1", "key", 200, "c")
+    assert base == hour_fingerprint("in", "1", "key", 200, "c")
     assert (
         len(
             {
                 base,
-                hour_fingerprint("in2", "1", "key", 200),
-                hour_fingerprint("in", "2", "key", 200),
-                hour_fingerprint("in", "1", "key2", 200),
-                hour_fingerprint("in", "1", "key", 100),
+                hour_fingerprint("in2", "1", "key", 200, "c"),
+                hour_fingerprint("in", "2", "key", 200, "c"),
+                hour_fingerprint("in", "1", "key2", 200, "c"),
+                hour_fingerprint("in", "1", "key", 100, "c"),
+                hour_fingerprint("in", "1", "key", 200, "c2"),
             }
         )
-        == 5
+        == 6
     )
 
 

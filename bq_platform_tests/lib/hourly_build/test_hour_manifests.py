@@ -65,6 +65,7 @@ def test_counts_files_and_fingerprints_per_hour(tmp_path) -> None:
         "key",
         PREFIXES,
         orphans={(SITE, H1): [orphan]},
+        classifier="classifier-1",
     )
 
     (c0,) = m0.counts

@@ -19,6 +19,8 @@ from bq_platform.lib.hourly_build.build import build_hours
 from bq_platform.lib.hourly_build.outputs import pageview_arrow_schema
 from bq_platform.lib.hourly_build.superseded import read_records, superseded_record_key
 from bq_platform.lib.hourly_build.transform import TRANSFORM_VERSION
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
+from bq_platform.lib.traffic.version import classifier_version
 from bq_platform_tests.lib.build_inputs import (
     EPA,
     H_EMPTY,
@@ -57,7 +59,11 @@ def test_rerun_with_new_attempt_is_identical(spark, built) -> None:
     # the fingerprint is the documented function of input, code version, key and sample rate
     m = again[H_EPA_2]
     assert m.fingerprint == jobids.hour_fingerprint(
-        m.input_fingerprint, TRANSFORM_VERSION, key_id(KEY), SAMPLE_MODULUS
+        m.input_fingerprint,
+        TRANSFORM_VERSION,
+        key_id(KEY),
+        SAMPLE_MODULUS,
+        classifier_version(ClassificationThresholds()),
     )
     assert m.input_fingerprint == jobids.input_fingerprint([(EPA, built.duplicate.sha256)])
     # the first attempt's files are untouched (its manifest may still be in use by a loader),
