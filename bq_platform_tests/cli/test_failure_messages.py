@@ -10,7 +10,11 @@ import pytest
 from bq_platform.cli.runner import PipelineRunner
 from bq_platform.defs.check_events import PartitionCheck, report
 from bq_platform.defs.errors import fail_fast
-from bq_platform.defs.pageviews.assets import accounting_check, rejected_share_check
+from bq_platform.defs.pageviews.assets import (
+    accounting_check,
+    rejected_share_check,
+    traffic_check,
+)
 from bq_platform.defs.warehouse.assets import gate_fix
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.accounting import SiteHourCounts
@@ -241,3 +245,18 @@ def test_an_error_of_a_step_is_its_message_once(tmp_path, error, says):
     message = runner._failure(result)
     assert message.startswith(says), message
     assert "Traceback" not in message and message.count(says) == 1
+
+
+def test_pages_without_a_traffic_class_fail_their_check_naming_the_site_and_fix():
+    split = SiteHourCounts(
+        SITE, H4, source_lines=3, pageviews=3, human_pageviews=1, bot_pageviews=2
+    )
+    lost = SiteHourCounts("epa.gov", H4, source_lines=3, pageviews=3, human_pageviews=2)
+
+    assert traffic_check(_manifest(counts=(split,))).passed
+    check = traffic_check(_manifest(counts=(split, lost)))
+
+    assert not check.passed and check.partition == "1995-08-01T04"
+    assert "epa.gov 1995-08-01T04: 3 pageviews but 2 human + 0 bot" in check.description
+    assert "Fix: build the hour again" in check.description
+    assert (check.metadata["expected"], check.metadata["actual"]) == (6, 5)

@@ -38,6 +38,7 @@ def test_local_definitions_load_with_every_asset_check_job_and_sensor(monkeypatc
     assert EXPECTED_ASSETS <= keys
     checks = {(k.asset_key.to_user_string(), k.name) for k in repo.asset_graph.asset_check_keys}
     assert ("lake/pageview_files", "accounting_identity") in checks
+    assert ("lake/pageview_files", "traffic_classes") in checks
     assert ("warehouse/pageviews_stage", "stage_matches_manifest") in checks
     assert ("warehouse/pageviews", "day_equals_sum_of_hours") in checks
     assert ("warehouse/pageviews_sample", "sample_ratio") in checks

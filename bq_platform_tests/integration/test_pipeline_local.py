@@ -51,6 +51,7 @@ def test_one_hour_materializes_with_passing_blocking_checks(local_env, access_lo
     evaluations = result.get_asset_check_evaluations()
     assert {(e.asset_key.path[-1], e.check_name) for e in evaluations} == {
         ("pageview_files", "accounting_identity"),
+        ("pageview_files", "traffic_classes"),
         ("pageview_files", "rejected_share"),
         ("pageviews_stage", "stage_matches_manifest"),
         ("pageviews_sample_stage", "stage_matches_manifest"),
@@ -104,6 +105,7 @@ def test_real_logs_day_publishes_and_rerun_changes_nothing(local_env, access_log
     # One result per hour for the hourly checks, per day for the daily ones (issue 8).
     assert collections.Counter(name for _, name, _ in checks) == {
         "accounting_identity": 24,
+        "traffic_classes": 24,
         "rejected_share": 24,
         "stage_matches_manifest": 48,
         "day_equals_sum_of_hours": 2,

@@ -24,6 +24,7 @@ from bq_platform.lib.storage.base import ObjectStore
 
 ACCOUNTING_CHECK = "accounting_identity"
 REJECTED_SHARE_CHECK = "rejected_share"
+TRAFFIC_CHECK = "traffic_classes"
 
 HOURLY_RETRY = dg.RetryPolicy(
     max_retries=2, delay=15, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
@@ -49,6 +50,14 @@ HOURLY_BACKFILL = dg.BackfillPolicy.multi_run(max_partitions_per_run=24)
             partitions_def=hourly_partitions,
             description="Per site and hour: source_lines = pageviews + non_page_hits + rejected"
             " + duplicates + out_of_window, and every landed file has its manifest's line count.",
+        ),
+        dg.AssetCheckSpec(
+            TRAFFIC_CHECK,
+            asset=["lake", "pageview_files"],
+            blocking=True,
+            partitions_def=hourly_partitions,
+            description="Per site and hour: pageviews = human_pageviews + bot_pageviews (every "
+            "page has a traffic class).",
         ),
         # Not blocking: the hour is still staged and audited; the daily publish holds the day.
         dg.AssetCheckSpec(
@@ -103,9 +112,11 @@ def pageview_files(
             "attempt_id": attempt_id,
         },
     )
-    checks = [accounting_check(m, store) for m in manifests] + [
-        rejected_share_check(m, settings.max_rejected_share) for m in manifests
-    ]
+    checks = (
+        [accounting_check(m, store) for m in manifests]
+        + [traffic_check(m) for m in manifests]
+        + [rejected_share_check(m, settings.max_rejected_share) for m in manifests]
+    )
     return report(context, result, checks)
 
 
@@ -161,6 +172,40 @@ def accounting_check(manifest: HourManifest, store: ObjectStore) -> PartitionChe
                 ]
             ),
             "orphan_files": dg.MetadataValue.json(list(manifest.orphan_files)),
+        },
+    )
+
+
+def traffic_check(manifest: HourManifest) -> PartitionCheck:
+    """The hour's pages by traffic class as a check result on its partition: expected (the
+    pageviews) against actual (human plus bot pageviews); fails naming each site and hour where
+    they differ and the command that builds the hour again."""
+    counts = manifest.counts
+    label = hour_label(manifest.hour)
+    wrong = [c for c in counts if not c.classes_balanced]
+    expected = sum(c.pageviews for c in counts)
+    actual = sum(c.human_pageviews + c.bot_pageviews for c in counts)
+    return PartitionCheck(
+        check_name=TRAFFIC_CHECK,
+        partition=label,
+        passed=not wrong,
+        description=(
+            f"{len(counts)} site(s): {expected} pageviews, "
+            f"{sum(c.human_pageviews for c in counts)} human, "
+            f"{sum(c.bot_pageviews for c in counts)} bot"
+            if not wrong
+            else " ".join(
+                f"{c.site} {label}: {c.pageviews} pageviews but {c.human_pageviews} human + "
+                f"{c.bot_pageviews} bot. Fix: build the hour again: "
+                f"{commands.run_hours(manifest.hour)}."
+                for c in wrong
+            )
+        ),
+        metadata={
+            **comparison(expected, actual),
+            "human_pageviews": sum(c.human_pageviews for c in counts),
+            "bot_pageviews": sum(c.bot_pageviews for c in counts),
+            "unbalanced_sites": dg.MetadataValue.json(sorted(c.site for c in wrong)),
         },
     )
 

@@ -9,6 +9,10 @@
 - ``rejected``: lines that cannot be parsed; dead-lettered with a reason code;
 - ``duplicates``: lines of a file whose checksum was already delivered for the site and hour;
 - ``out_of_window``: parseable lines outside the partition's hour; dead-lettered.
+
+The pages split by traffic class (:mod:`bq_platform.lib.traffic.classes`), apart from the
+identity: ``pageviews = human_pageviews + bot_pageviews``, ``bot_pageviews`` counting the
+``bot`` and ``suspected_bot`` rows.
 """
 
 import dataclasses
@@ -39,6 +43,8 @@ class SiteHourCounts:
     visitors: int = 0
     sample_visitors: int = 0
     files: int = 0
+    human_pageviews: int = 0
+    bot_pageviews: int = 0
     rejected_reasons: Mapping[str, int] = dataclasses.field(default_factory=dict)
     rejected_samples: tuple[str, ...] = ()
 
@@ -46,6 +52,12 @@ class SiteHourCounts:
     def accounted(self) -> int:
         """Lines explained by a category: the right-hand side of the identity."""
         return sum(getattr(self, field) for field in CATEGORY_FIELDS)
+
+    @property
+    def classes_balanced(self) -> bool:
+        """True when every page has a traffic class: ``pageviews = human_pageviews +
+        bot_pageviews``."""
+        return self.pageviews == self.human_pageviews + self.bot_pageviews
 
     @property
     def balanced(self) -> bool:
@@ -93,6 +105,8 @@ AUDIT_COLUMNS: tuple[str, ...] = (
     "files",
     "fingerprint",
     "run_id",
+    "human_pageviews",
+    "bot_pageviews",
 )
 
 
@@ -119,6 +133,8 @@ def audit_records(
                 "files": c.files,
                 "fingerprint": fingerprint,
                 "run_id": run_id,
+                "human_pageviews": c.human_pageviews,
+                "bot_pageviews": c.bot_pageviews,
             }
         )
     return rows

@@ -66,6 +66,7 @@ from bq_platform.lib.hourly_build.transform import (
 from bq_platform.lib.landing.deliveries import landed_hours, unreadable_landed_file, verify_landed
 from bq_platform.lib.landing.index import list_sites
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.classes import BOT_CLASSES, HUMAN
 from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform.lib.traffic.version import classifier_version
 
@@ -149,6 +150,7 @@ def build_hours(
 
     per_file: dict[str, dict[str, Any]] = {}
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
+    traffic: dict[tuple[str, str], tuple[int, int]] = {}
     chunks = passes(kept, lines_per_pass)
     for number, chunk in enumerate(chunks, 1):
         log.info(  # reporting.PASS_PROGRESS: bq-platform run prints it as it comes
@@ -172,6 +174,7 @@ def build_hours(
                 visitors,
                 log,
                 window=window,
+                traffic=traffic,
                 thresholds=thresholds or ClassificationThresholds(),
             )
         except Exception as exc:
@@ -192,6 +195,7 @@ def build_hours(
         (full_prefix, sample_prefix, dead_prefix),
         orphans=orphans,
         classifier=classifier_version(thresholds or ClassificationThresholds()),
+        traffic=traffic,
     )
     # The manifests these replace: what this attempt displaces, for the cleanup.
     try:
@@ -258,8 +262,10 @@ def _run_spark(
     log: logging.Logger,
     window: HourWindow | None = None,
     thresholds: ClassificationThresholds | None = None,
+    traffic: dict[tuple[str, str], tuple[int, int]] | None = None,
 ) -> None:
-    """Read, classify, count and write; fills ``per_file`` and ``visitors``."""
+    """Read, classify, count and write; fills ``per_file``, ``visitors`` and ``traffic``
+    (human and bot pages per site and hour label)."""
     full_prefix, sample_prefix, dead_prefix = prefixes
     t0 = time.monotonic()
     with sql_conf(spark, BUILD_SQL_CONF):
@@ -297,18 +303,23 @@ def _run_spark(
                         k: v for k, v in samples.items() if v is not None
                     }
             pages = rows.where(category == CATEGORY_PAGE)
+            classified_pages = classify_pages(rows, pages, thresholds or ClassificationThresholds())
             units = site_hour_units(kept)
             for r in (
-                pages.groupBy("unit_no")
+                classified_pages.groupBy("unit_no")
                 .agg(
                     F.count_distinct("visitor_id").alias("visitors"),
                     F.count_distinct(F.when(F.col("in_sample"), F.col("visitor_id"))).alias(
                         "sampled"
                     ),
+                    F.count_if(F.col("traffic_class") == HUMAN).alias("human"),
+                    F.count_if(F.col("traffic_class").isin(*BOT_CLASSES)).alias("bot"),
                 )
                 .collect()
             ):
                 visitors[units[r["unit_no"]]] = (int(r["visitors"]), int(r["sampled"]))
+                if traffic is not None:
+                    traffic[units[r["unit_no"]]] = (int(r["human"]), int(r["bot"]))
             n_lines = sum(int(r["lines_read"]) for r in counts)  # this pass's files only
             n_pages = sum(int(r[CATEGORY_PAGE]) for r in counts)
             log.info(
@@ -321,7 +332,6 @@ def _run_spark(
 
             t1 = time.monotonic()
             hour_col = F.col("hour_label").alias(HOUR_FOLDER_COLUMN)
-            classified_pages = classify_pages(rows, pages, thresholds or ClassificationThresholds())
             page_rows = classified_pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
             write_hour_folders(page_rows, store.uri(full_prefix))
             sample_rows = classified_pages.where(F.col("in_sample")).select(

@@ -72,6 +72,7 @@ def hour_manifests(
     orphans: Mapping[tuple[str, dt.datetime], Sequence[str]] | None = None,
     *,
     classifier: str,
+    traffic: Mapping[tuple[str, str], tuple[int, int]] | None = None,
 ) -> list[HourManifest]:
     """One manifest per hour of ``hour_list``, in order; writes the empty Parquet files needed.
 
@@ -112,6 +113,7 @@ def hour_manifests(
                         }
                     )
             n_visitors, n_sampled = visitors.get((site, label), (0, 0))
+            n_human, n_bot = (traffic or {}).get((site, label), (0, 0))
             counts.append(
                 SiteHourCounts(
                     site=site,
@@ -127,6 +129,8 @@ def hour_manifests(
                     visitors=n_visitors,
                     sample_visitors=n_sampled,
                     files=len(files),
+                    human_pageviews=n_human,
+                    bot_pageviews=n_bot,
                     **rejected_details(files),
                 )
             )

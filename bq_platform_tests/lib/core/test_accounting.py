@@ -4,7 +4,8 @@ import dataclasses
 import datetime as dt
 import json
 
-from bq_platform.lib.core.accounting import SiteHourCounts
+from bq_platform.lib.core.accounting import AUDIT_COLUMNS, SiteHourCounts, audit_records
+from bq_platform.lib.warehouse.schema import audit_spec
 
 COUNTS = SiteHourCounts(
     site="epa.gov",
@@ -39,3 +40,12 @@ def test_round_trip_and_no_shared_state() -> None:
     assert COUNTS.rejected_reasons["malformed"] == 1
     later = {**COUNTS.to_json(), "a_field_of_a_later_version": 1}
     assert SiteHourCounts.from_json(later) == COUNTS
+
+
+def test_audit_rows_carry_human_and_bot_pages_in_the_table_order() -> None:
+    split = dataclasses.replace(COUNTS, human_pageviews=2, bot_pageviews=3)
+    (row,) = audit_records([split], "f" * 64, "run")
+    assert tuple(row) == AUDIT_COLUMNS == audit_spec().column_names
+    assert (row["pageviews"], row["human_pageviews"], row["bot_pageviews"]) == (5, 2, 3)
+    assert split.classes_balanced
+    assert not dataclasses.replace(split, bot_pageviews=2).classes_balanced

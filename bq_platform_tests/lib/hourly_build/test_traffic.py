@@ -15,6 +15,7 @@ import re
 import pytest
 
 from bq_platform.lib.core import logformat as lf
+from bq_platform.lib.core.accounting import SiteHourCounts
 from bq_platform.lib.core.pages import is_page
 from bq_platform.lib.core.pseudonymize import visitor_id
 from bq_platform.lib.hourly_build import traffic
@@ -76,6 +77,7 @@ class Slice:
     lines: list[bytes]
     clf_lines: list[bytes]
     classified_agents: list[str]
+    counts: list[SiteHourCounts]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +105,8 @@ def built(spark, access_logs, tmp_path_factory) -> Slice:
             thresholds=ClassificationThresholds(max_pages_per_visitor_hour=MAX_PAGES),
         )
     keys = [k for m in manifests for k in m.full_files]
-    return Slice(read_parquet(store, keys).to_pylist(), lines, clf_lines, calls)
+    counts = [c for m in manifests for c in m.counts]
+    return Slice(read_parquet(store, keys).to_pylist(), lines, clf_lines, calls, counts)
 
 
 def reference(lines: list[bytes]) -> collections.Counter:
@@ -202,3 +205,20 @@ def test_written_lines_get_their_heuristic(built) -> None:
 def test_user_agents_are_parsed_once_per_distinct_user_agent(built) -> None:
     page_agents = {r["user_agent"] for r in built.rows if r["user_agent"] is not None}
     assert sorted(built.classified_agents) == sorted(page_agents)
+
+
+def test_the_manifests_count_human_and_bot_pages_per_site(built) -> None:
+    for c in built.counts:
+        rows = [
+            r
+            for r in built.rows
+            if r["site"] == c.site and r["event_ts"].replace(minute=0, second=0) == c.hour
+        ]
+        human = sum(r["traffic_class"] == HUMAN for r in rows)
+        assert (c.pageviews, c.human_pageviews, c.bot_pageviews) == (
+            len(rows),
+            human,
+            len(rows) - human,
+        )
+        assert c.classes_balanced
+    assert {c.site for c in built.counts if c.bot_pageviews} == {SHOP}
