@@ -165,13 +165,16 @@ def pipeline_settings(env: str) -> dict[str, Any]:
 
 
 def _whole_numbers() -> dict[str, int]:
-    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), ``..._LINES_PER_PASS`` and
-    ``..._LOOKBACK_DAYS`` (days), when set; ValueError unless positive whole numbers."""
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), ``..._LINES_PER_PASS``,
+    ``..._LOOKBACK_DAYS`` (days) and ``..._MAX_PAGES_PER_VISITOR_HOUR`` (the traffic
+    classification's page-rate threshold), when set; ValueError unless positive whole
+    numbers."""
     out = {}
     for variable, field in (
         ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
         ("BQ_PLATFORM_LINES_PER_PASS", "lines_per_pass"),
         ("BQ_PLATFORM_LOOKBACK_DAYS", "lookback_days"),
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "max_pages_per_visitor_hour"),
     ):
         value = os.environ.get(variable)
         if not value:
@@ -206,12 +209,15 @@ def _quality() -> dict[str, float]:
     return {"max_rejected_share": share}
 
 
-def application_environment(*, visitor_key: str, lines_per_pass: int) -> dict[str, str]:
+def application_environment(
+    *, visitor_key: str, lines_per_pass: int, max_pages_per_visitor_hour: int
+) -> dict[str, str]:
     """The variables that hand these settings to a child process (the Spark application of
     :mod:`bq_platform.spark_apps.build_hours`, which reads them back here)."""
     return {
         "BQ_PLATFORM_VISITOR_KEY": visitor_key,
         "BQ_PLATFORM_LINES_PER_PASS": str(lines_per_pass),
+        "BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR": str(max_pages_per_visitor_hour),
     }
 
 

@@ -198,8 +198,15 @@ def test_the_spark_settings_and_their_defaults(monkeypatch, tmp_path) -> None:
 def test_the_application_gets_the_runs_settings_back(monkeypatch) -> None:
     """What a launcher hands a build application is what the application reads here."""
     for name, value in settings.application_environment(
-        visitor_key="the-runs-key", lines_per_pass=7
+        visitor_key="the-runs-key", lines_per_pass=7, max_pages_per_visitor_hour=40
     ).items():
         monkeypatch.setenv(name, value)
     assert settings.visitor_key("prod") == "the-runs-key"
     assert settings.pipeline_settings("prod")["lines_per_pass"] == 7
+    assert settings.pipeline_settings("prod")["max_pages_per_visitor_hour"] == 40
+
+
+def test_a_page_rate_threshold_that_is_no_positive_whole_number_is_refused(monkeypatch) -> None:
+    monkeypatch.setenv("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "0")
+    with pytest.raises(ValueError, match="BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR must be"):
+        settings.pipeline_settings("prod")

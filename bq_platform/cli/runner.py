@@ -29,6 +29,7 @@ from bq_platform.lib.core.reporting import CheckFailure, capped, summary_table
 from bq_platform.lib.hourly_build.retention import clean_staging
 from bq_platform.lib.planning import batches, plan_day, scan_window
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform.lib.warehouse.base import Warehouse
 
 HOURLY_JOB = "pageviews_hourly_job"
@@ -55,6 +56,9 @@ class PipelineRunner:
     """Dagster instance the runs are recorded in; default ``DagsterInstance.get()``."""
     verbose: bool = False
     """Dagster's console log (INFO) and tracebacks, instead of one line per step."""
+    thresholds: ClassificationThresholds | None = None
+    """The traffic classification's configuration the hours are built with (None: the
+    defaults); planning expects its fingerprints."""
     lookback_days: int = 0
     """Plan only the UTC days from this many days before today on; 0: every landed day."""
     processed_days: list[dt.date] = dataclasses.field(default_factory=list)
@@ -89,6 +93,7 @@ class PipelineRunner:
             warehouse=resources["warehouse"].get_warehouse(),
             visitor_key=settings.visitor_key,
             lookback_days=settings.lookback_days,
+            thresholds=settings.traffic_thresholds(),
             echo=echo,
             instance=instance,
             verbose=verbose,
@@ -136,7 +141,13 @@ class PipelineRunner:
                 failed = failed_publishes(self.instance or dg.DagsterInstance.get(), days)
             plans = [
                 plan_day(
-                    d, index, self.store, self.warehouse, self.visitor_key, failed_publishes=failed
+                    d,
+                    index,
+                    self.store,
+                    self.warehouse,
+                    self.visitor_key,
+                    failed_publishes=failed,
+                    thresholds=self.thresholds,
                 )
                 for d in days
             ]

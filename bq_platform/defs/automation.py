@@ -129,6 +129,7 @@ def pageviews_automation_sensor(
             now=now,
             busy_days=busy_days(context.instance),
             failed_publishes=failed_publishes(context.instance, index.days()),
+            thresholds=settings.traffic_thresholds(),
         )
     finally:
         wh.close()

@@ -22,6 +22,10 @@ from bq_platform.lib.hourly_build.spark import spark_config
 from bq_platform.lib.publish.quota import JobBudget
 from bq_platform.lib.quality.rejected_share import DEFAULT_MAX_REJECTED_SHARE
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.thresholds import (
+    DEFAULT_MAX_PAGES_PER_VISITOR_HOUR,
+    ClassificationThresholds,
+)
 from bq_platform.lib.warehouse.base import Warehouse
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
@@ -148,6 +152,9 @@ class PipelineSettings(dg.ConfigurableResource):
             local driver); raise it with the executors' memory.
         lookback_days: plan the UTC days from this many days before today on; 0: every landed
             day. Set it in production, where the landing zone holds years.
+        max_pages_per_visitor_hour: a visitor with more pages than this in one UTC hour is
+            ``suspected_bot`` (:mod:`bq_platform.lib.traffic.thresholds`); part of every hour's
+            fingerprint, so changing it rebuilds the hours.
     """
 
     visitor_key: str
@@ -156,9 +163,14 @@ class PipelineSettings(dg.ConfigurableResource):
     reports_url: str = ""
     lines_per_pass: int = DEFAULT_LINES_PER_PASS
     lookback_days: int = 0
+    max_pages_per_visitor_hour: int = DEFAULT_MAX_PAGES_PER_VISITOR_HOUR
 
     def budget(self) -> JobBudget:
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
+
+    def traffic_thresholds(self) -> ClassificationThresholds:
+        """The traffic classification's configuration (ValueError if a value is invalid)."""
+        return ClassificationThresholds(max_pages_per_visitor_hour=self.max_pages_per_visitor_hour)
 
 
 def build_resources(env: str) -> dict[str, Any]:

@@ -168,6 +168,7 @@ def plan_day(
     visitor_key: str,
     now: dt.datetime | None = None,
     failed_publishes: Mapping[dt.date, FailedPublish] | None = None,
+    thresholds: ClassificationThresholds | None = None,
 ) -> DayPlan:
     """Decide what ``day`` needs; reads hour manifests and publish records only (no scans).
 
@@ -181,7 +182,9 @@ def plan_day(
         ManifestError: if an hour manifest is unreadable (names the object).
     """
     hours = day_hours(day)
-    expected = {hour_label(h): expected_hour_fingerprint(index, h, visitor_key) for h in hours}
+    expected = {
+        hour_label(h): expected_hour_fingerprint(index, h, visitor_key, thresholds) for h in hours
+    }
     closed = is_closed(hours[-1], now)
     stale: list[dt.datetime] = []
     manifests = read_hour_manifests(store, [h for h in hours if is_closed(h, now)])
@@ -287,6 +290,7 @@ def plan_automation(
     now: dt.datetime,
     busy_days: Collection[dt.date] = (),
     failed_publishes: Mapping[dt.date, FailedPublish] | None = None,
+    thresholds: ClassificationThresholds | None = None,
 ) -> AutomationPlan:
     """Runs the automation requests for every landed day except ``busy_days`` (a run is
     queued or running); ``failed_publishes`` as :func:`plan_day`. Run keys carry the content
@@ -300,7 +304,14 @@ def plan_automation(
             notes.append(f"{day}: a run is queued or in progress")
             continue
         plan = plan_day(
-            day, index, store, warehouse, visitor_key, now=now, failed_publishes=failed_publishes
+            day,
+            index,
+            store,
+            warehouse,
+            visitor_key,
+            now=now,
+            failed_publishes=failed_publishes,
+            thresholds=thresholds,
         )
         if plan.build:
             for run in contiguous(plan.build):

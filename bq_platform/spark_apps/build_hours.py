@@ -52,6 +52,10 @@ from bq_platform.lib.hourly_build.application import (
 )
 from bq_platform.lib.hourly_build.read import DEFAULT_LINES_PER_PASS
 from bq_platform.lib.hourly_build.spark import spark_config
+from bq_platform.lib.traffic.thresholds import (
+    DEFAULT_MAX_PAGES_PER_VISITOR_HOUR,
+    ClassificationThresholds,
+)
 
 _LOG = logging.getLogger("bq_platform.spark_apps.build_hours")  # also when run as __main__
 
@@ -105,6 +109,11 @@ def resolve_job(
         visitor_key=key,
         window=HourWindow.until_now(settings.first_hour()),
         lines_per_pass=pipeline.get("lines_per_pass", DEFAULT_LINES_PER_PASS),
+        thresholds=ClassificationThresholds(
+            max_pages_per_visitor_hour=pipeline.get(
+                "max_pages_per_visitor_hour", DEFAULT_MAX_PAGES_PER_VISITOR_HOUR
+            )
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from bq_platform.lib.core.manifest import HourManifest
 from bq_platform.lib.hourly_build import application as build_job
 from bq_platform.lib.hourly_build.build import build_hours
 from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform.spark_apps import build_hours as app
 from bq_platform_tests.lib.build_inputs import (
     EPA,
@@ -84,6 +85,18 @@ def test_bad_settings_are_named(monkeypatch, env, named) -> None:
         monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=re.escape(named)):
         app.resolve_job("1995-08-01T04", None, None)
+
+
+def test_the_application_builds_with_the_configured_page_rate(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("BQ_PLATFORM_ENV", "local")
+    monkeypatch.setenv("BQ_PLATFORM_HOME", str(tmp_path))
+    monkeypatch.setenv("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "40")
+    job = app.resolve_job("1995-08-01T04", None, "attempt-1")
+    assert job.thresholds == ClassificationThresholds(max_pages_per_visitor_hour=40)
+    monkeypatch.delenv("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR")
+    assert app.resolve_job("1995-08-01T04", None, "attempt-1").thresholds == (
+        ClassificationThresholds()
+    )
 
 
 def test_no_first_hour_is_named() -> None:

@@ -126,6 +126,7 @@ class SparkSubmitBuild(HourlyBuildResource):
         env = settings.application_environment(
             visitor_key=pipeline_settings.visitor_key,
             lines_per_pass=pipeline_settings.lines_per_pass,
+            max_pages_per_visitor_hour=pipeline_settings.max_pages_per_visitor_hour,
         )
         # the application's driver inherits it: a local one binds to loopback
         prepare_driver_env(str(self.spark_config.get("spark.master", "local[*]")))
@@ -193,6 +194,7 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
             visitor_key=pipeline_settings.visitor_key,
             window=HourWindow.until_now(FIRST_HOUR),
             lines_per_pass=pipeline_settings.lines_per_pass,
+            thresholds=pipeline_settings.traffic_thresholds(),
         )
         return run_job(job, context.log, session=lambda: self.spark_session)
 

@@ -21,6 +21,7 @@ from bq_platform.lib.core.hours import hour_label, hours_between, parse_hour
 from bq_platform.lib.core.manifest import HourManifest
 from bq_platform.lib.core.partition_window import HourWindow
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 
 #: Pipes' CLI arguments (``dagster_pipes.DAGSTER_PIPES_CONTEXT_CLI_ARGUMENT`` and the messages
 #: one): accepted and left to ``dagster_pipes``, which reads them from ``sys.argv`` itself.
@@ -137,7 +138,8 @@ def pipes_context(argv: Sequence[str], gcp_project: str | None = None) -> Iterat
 @dataclasses.dataclass(frozen=True)
 class BuildJob:
     """One run of the application: ``hours`` (UTC, in order), ``attempt_id``, the lake
-    ``store``, the ``visitor_key``, the partitions' ``window`` and ``lines_per_pass``."""
+    ``store``, the ``visitor_key``, the partitions' ``window``, ``lines_per_pass`` and the
+    traffic classification's ``thresholds``."""
 
     hours: list[dt.datetime]
     attempt_id: str
@@ -145,6 +147,7 @@ class BuildJob:
     visitor_key: str
     window: HourWindow
     lines_per_pass: int
+    thresholds: ClassificationThresholds = ClassificationThresholds()
 
 
 def run_job(job: BuildJob, log: Any, session: Callable[[], Any]) -> list[HourManifest]:
@@ -164,6 +167,7 @@ def run_job(job: BuildJob, log: Any, session: Callable[[], Any]) -> list[HourMan
         window=job.window,
         log=log,
         lines_per_pass=job.lines_per_pass,
+        thresholds=job.thresholds,
     )
 
 
