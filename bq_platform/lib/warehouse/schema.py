@@ -173,8 +173,9 @@ AUDIT_COLUMNS_SPEC: tuple[Column, ...] = (
     Column("files", "INT64", "REQUIRED"),
     Column("fingerprint", "STRING", "REQUIRED", "Content fingerprint of the hour's build."),
     Column("run_id", "STRING", "REQUIRED", "Dagster run (or CLI attempt) that wrote the row."),
-    Column("human_pageviews", "INT64", "REQUIRED", "Pageviews classified human."),
-    Column("bot_pageviews", "INT64", "REQUIRED", "Pageviews classified bot or suspected_bot."),
+    # NULLABLE: BigQuery appends a column to an existing table only as NULLABLE (compare.py).
+    Column("human_pageviews", "INT64", "NULLABLE", "Pageviews classified human."),
+    Column("bot_pageviews", "INT64", "NULLABLE", "Pageviews classified bot or suspected_bot."),
 )
 
 DEADLETTER_COLUMNS_SPEC: tuple[Column, ...] = (

@@ -5,6 +5,7 @@ import datetime as dt
 import json
 
 from bq_platform.lib.core.accounting import AUDIT_COLUMNS, SiteHourCounts, audit_records
+from bq_platform.lib.warehouse.compare import compare
 from bq_platform.lib.warehouse.schema import audit_spec
 
 COUNTS = SiteHourCounts(
@@ -49,3 +50,11 @@ def test_audit_rows_carry_human_and_bot_pages_in_the_table_order() -> None:
     assert (row["pageviews"], row["human_pageviews"], row["bot_pageviews"]) == (5, 2, 3)
     assert split.classes_balanced
     assert not dataclasses.replace(split, bot_pageviews=2).classes_balanced
+
+
+def test_an_audit_table_without_the_traffic_counts_gains_them_in_place() -> None:
+    wanted = audit_spec()
+    existing = dataclasses.replace(wanted, columns=wanted.columns[:-2])
+    difference = compare(existing, wanted)
+    assert difference.errors == ()
+    assert [c.name for c in difference.added_columns] == ["human_pageviews", "bot_pageviews"]
