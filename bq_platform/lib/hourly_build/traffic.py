@@ -70,8 +70,19 @@ def user_agent_rows(user_agents: Iterable[str | None]) -> list[tuple[str, ...]]:
 
 
 def user_agent_frame(spark: SparkSession, user_agents: Iterable[str | None]) -> DataFrame:
-    """:func:`user_agent_rows` as a small DataFrame of :data:`USER_AGENT_SCHEMA`."""
-    return spark.createDataFrame(user_agent_rows(user_agents), USER_AGENT_SCHEMA)
+    """:func:`user_agent_rows` as a small DataFrame of :data:`USER_AGENT_SCHEMA`, built from
+    literals in the plan: no Python-side server hands data to the JVM (``createDataFrame``
+    from local rows starts one), so a signal that stops the build never lands in one."""
+    names = USER_AGENT_SCHEMA.fieldNames()
+    structs = [
+        F.struct(
+            *[F.lit(value).cast("string").alias(n) for n, value in zip(names, row, strict=True)]
+        )
+        for row in user_agent_rows(user_agents)
+    ]
+    if not structs:
+        return spark.range(0).select(*[F.lit(None).cast("string").alias(n) for n in names])
+    return spark.range(1).select(F.inline(F.array(*structs)))
 
 
 def classify_pages(
