@@ -75,8 +75,9 @@ dev: install
 ## bench: pipeline vs bare Spark/DuckDB on synthetic logs at 1x, 4x, 16x (BENCH_SCALES=1 for a
 ## quick run); prints the figures and writes docs/PERFORMANCE.md
 BENCH_SCALES ?= 1,4,16
+BENCH_ARGS ?=
 bench: install
-	$(BIN)/python benchmarks/benchmark.py --scales $(BENCH_SCALES)
+	$(BIN)/python benchmarks/benchmark.py --scales $(BENCH_SCALES) $(BENCH_ARGS)
 
 clean:
 	rm -rf .bq_platform

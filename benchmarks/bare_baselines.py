@@ -2,9 +2,10 @@
 
 Written on purpose without any pipeline code (no ``bq_platform`` import), so the benchmark
 compares the pipeline with what the engine alone costs for the simplest version of the job:
-read gzip access logs, match each line once against one Common Log Format regex, cast the
-fields into typed columns (host, ts TIMESTAMP UTC, request, status INT, bytes BIGINT; a line
-that does not match gives nulls) and write Parquet.
+read gzip access logs, match each line once against one Common/Combined Log Format regex, cast
+the fields into typed columns (host, ts TIMESTAMP UTC, request, status INT, bytes BIGINT,
+referrer, user_agent; a line that does not match gives nulls, a Common line null referrer and
+user agent) and write Parquet.
 
 - ``spark``: PySpark, the given master (``local[2]`` by default, as the pipeline's bench run).
   The regex runs once per line: ``regexp_replace`` rewrites the line into its groups joined by
@@ -26,8 +27,9 @@ import resource
 import sys
 import time
 
-#: Common Log Format: host ident authuser [timestamp] "request" status bytes.
-CLF = r'^(\S+) (\S+) (\S+) \[([^\]]+)\] "(.*)" (\d{3}) (\d+|-)$'
+#: Common Log Format: host ident authuser [timestamp] "request" status bytes, then for
+#: Combined Log Format "referrer" "user agent".
+CLF = r'^(\S+) (\S+) (\S+) \[([^\]]+)\] "(.*)" (\d{3}) (\d+|-)(?: "(.*)" "(.*)")?$'
 
 
 def bare_spark(input_glob: str, output: str, master: str) -> dict:
@@ -48,15 +50,18 @@ def bare_spark(input_glob: str, output: str, master: str) -> dict:
     spark.sparkContext.setLogLevel("ERROR")
     startup = time.monotonic() - started
     started = time.monotonic()
-    groups = F.split(F.regexp_replace("value", CLF, "$1\t$4\t$5\t$6\t$7"), "\t")
+    # an optional group that did not match is replaced by nothing (Java's Matcher)
+    groups = F.split(F.regexp_replace("value", CLF, "$1\t$4\t$5\t$6\t$7\t$8\t$9"), "\t")
     parsed = spark.read.text(input_glob).select(groups.alias("g"))
-    ok = F.size("g") == 5
+    ok = F.size("g") == 7
     typed = parsed.select(
         F.when(ok, F.get("g", 0)).alias("host"),
         F.try_to_timestamp(F.when(ok, F.get("g", 1)), F.lit("dd/MMM/yyyy:HH:mm:ss Z")).alias("ts"),
         F.when(ok, F.get("g", 2)).alias("request"),
         F.when(ok, F.get("g", 3)).try_cast("int").alias("status"),
         F.when(ok, F.get("g", 4)).try_cast("bigint").alias("bytes"),
+        F.when(ok, F.nullif(F.get("g", 5), F.lit(""))).alias("referrer"),
+        F.when(ok, F.nullif(F.get("g", 6), F.lit(""))).alias("user_agent"),
     )
     typed.write.mode("overwrite").parquet(output)
     job = time.monotonic() - started
@@ -83,10 +88,14 @@ def bare_duckdb(input_glob: str, output: str) -> dict:
                    try_strptime(m.ts, '%d/%b/%Y:%H:%M:%S %z') AS ts,
                    m.request,
                    TRY_CAST(m.status AS INTEGER) AS status,
-                   TRY_CAST(m.bytes AS BIGINT) AS bytes
+                   TRY_CAST(m.bytes AS BIGINT) AS bytes,
+                   nullif(m.referrer, '') AS referrer,
+                   nullif(m.user_agent, '') AS user_agent
             FROM (
                 SELECT regexp_extract(
-                    line, $pattern, ['host', 'ident', 'user', 'ts', 'request', 'status', 'bytes']
+                    line, $pattern,
+                    ['host', 'ident', 'user', 'ts', 'request', 'status', 'bytes', 'referrer',
+                     'user_agent']
                 ) AS m
                 FROM read_csv($glob, columns = {{'line': 'VARCHAR'}}, header = false,
                               delim = chr(1), quote = '', escape = '', auto_detect = false)

@@ -26,6 +26,8 @@ TARGETS = (
         True,
     ),
 )
+#: The most the traffic classification may add to the build's CPU seconds: with / without.
+CLASSIFICATION_COST_LIMIT = 1.10
 
 
 def machine() -> dict:
@@ -106,15 +108,17 @@ def derived(r: dict) -> dict:
     }
 
 
+def _steps(r: dict) -> list[dict]:
+    """Every measured step of one scale's result: its top-level steps and the classification
+    cost's two builds."""
+    steps = [v for v in r.values() if isinstance(v, dict) and v.get("load")]
+    cost = r.get("classification") or {}
+    return steps + [cost[k] for k in ("with", "without") if isinstance(cost.get(k), dict)]
+
+
 def _loads(report: dict) -> list[float]:
     """Load averages (1 min) seen before and after every step."""
-    return [
-        x
-        for r in report["results"]
-        for k, v in r.items()
-        if isinstance(v, dict)
-        for x in v.get("load", [])
-    ]
+    return [x for r in report["results"] for v in _steps(r) for x in v.get("load", [])]
 
 
 def _busy(report: dict) -> bool:
@@ -124,12 +128,7 @@ def _busy(report: dict) -> bool:
     decays slowly, so it still carries the previous step's own threads (the bench keeps 2 cores
     busy: 2-2.5 on a quiet 2-core machine; other work on the machine showed 4-20).
     """
-    before = [
-        v["load"][0]
-        for r in report["results"]
-        for v in r.values()
-        if isinstance(v, dict) and v.get("load")
-    ]
+    before = [v["load"][0] for r in report["results"] for v in _steps(r) if v.get("load")]
     return bool(before) and max(before) > report["machine"]["nproc"] + 1
 
 
@@ -151,6 +150,14 @@ def summary_text(report: dict) -> str:
         )
         if trials_sentence(r):
             lines.append("  " + trials_sentence(r))
+        cost = classification_figures(r)
+        if cost is not None:
+            lines.append(
+                f"  classification: build CPU s {cost['with_cpu']:.1f} with, "
+                f"{cost['without_cpu']:.1f} without ({cost['ratio']:.2f}x, target <= "
+                f"{CLASSIFICATION_COST_LIMIT:.2f}x); {cost['user_agents']} distinct user agents, "
+                f"bot pages {cost['bot_share']:.1%}"
+            )
     if _busy(report):
         lines.append("NOTE: the load average exceeded the core count: the machine was busy.")
     return "\n".join(lines)
@@ -238,6 +245,7 @@ def markdown(report: dict, block: str = "main") -> str:
             f"| {r['land']['peak_python_mib']} |"
         )
     out += cpu_markdown(results)
+    out += classification_markdown(results)
     out += ["", "### Daily overhead (Dagster runs minus the Spark build step), s", ""]
     out += ["| scale | days | per day | no-op `run` (nothing due) |", "|---|---|---|---|"]
     for r in results:
@@ -268,6 +276,107 @@ def markdown(report: dict, block: str = "main") -> str:
         if "ledger_error" in r:
             out.append(f"| {r['scale']}x | ledger unreadable: {r['ledger_error']} | | | | | |")
     out += ["", END.format(block=block)]
+    return "\n".join(out)
+
+
+def cpu_total(step: dict) -> float:
+    """A step's CPU seconds, JVM plus Python (0 for a figure the step lacks)."""
+    return sum(step.get(f"cpu_{kind}_s") or 0.0 for kind in ("jvm", "python"))
+
+
+def classification_figures(r: dict) -> dict | None:
+    """The classification's cost at one scale (None when not measured): ``with_cpu`` and
+    ``without_cpu`` (the build's CPU seconds), ``ratio`` (with / without), ``with_s`` and
+    ``without_s`` (wall seconds), ``user_agents`` (distinct, in the data), ``pageviews``,
+    ``bot_pageviews`` and ``bot_share`` (of the pages, in the classified build)."""
+    cost = r.get("classification")
+    if not cost:
+        return None
+    with_, without = cost["with"], cost["without"]
+    with_cpu, without_cpu = cpu_total(with_), cpu_total(without)
+    pages = with_.get("pageviews") or 0
+    return {
+        "with_cpu": with_cpu,
+        "without_cpu": without_cpu,
+        "ratio": with_cpu / without_cpu if without_cpu else float("nan"),
+        "with_s": with_["seconds"],
+        "without_s": without["seconds"],
+        "user_agents": cost.get("user_agents"),
+        "pageviews": pages,
+        "bot_pageviews": with_.get("bot_pageviews") or 0,
+        "bot_share": (with_.get("bot_pageviews") or 0) / pages if pages else float("nan"),
+    }
+
+
+def classification_markdown(results: list[dict]) -> list[str]:
+    """The table "Cost of traffic classification": per scale that measured it, the build's CPU
+    seconds with and without the classification, their ratio against
+    :data:`CLASSIFICATION_COST_LIMIT`, the wall seconds, the distinct user agents of the data
+    and the share of bot pages (``bot`` and ``suspected_bot``); then each scale's trials when
+    there were several. No lines when no scale measured it."""
+    measured = [(r, classification_figures(r)) for r in results]
+    measured = [(r, f) for r, f in measured if f is not None]
+    if not measured:
+        return []
+    out = [
+        "",
+        "### Cost of traffic classification",
+        "",
+        "The hourly build alone (`benchmarks/build_only.py`), with the traffic step and without "
+        "it (`build_hours(classify=False)`), on copies of the same landed logs: CPU seconds of "
+        "its JVM and Python processes (start-up included) and wall seconds. Target: with / "
+        f"without <= {CLASSIFICATION_COST_LIMIT:.2f}.",
+        "",
+        "| scale | build CPU s, with | build CPU s, without | with / without | met "
+        "| wall s, with / without | distinct user agents | bot pages |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r, f in measured:
+        met = "yes" if f["ratio"] <= CLASSIFICATION_COST_LIMIT else "NO"
+        agents = "-" if f["user_agents"] is None else f"{f['user_agents']:,}"
+        out.append(
+            f"| {r['scale']}x | {f['with_cpu']:.1f} | {f['without_cpu']:.1f} "
+            f"| {f['ratio']:.3f}x | {met} | {f['with_s']:.1f} / {f['without_s']:.1f} "
+            f"| {agents} | {f['bot_pageviews']:,} of {f['pageviews']:,} "
+            f"({f['bot_share']:.1%}) |"
+        )
+    for r, _ in measured:
+        trials = r["classification"].get("trials") or {}
+        if len(trials.get("with", [])) > 1:
+            out += [
+                "",
+                f"At {r['scale']}x each build ran {len(trials['with'])} times, alternating which "
+                "went first; CPU s with "
+                + " / ".join(f"{x:.1f}" for x in trials["with"])
+                + ", without "
+                + " / ".join(f"{x:.1f}" for x in trials["without"])
+                + "; the table gives each one's median.",
+            ]
+    return out
+
+
+def classification_block(report: dict) -> str:
+    """The generated block ``classification`` of docs/PERFORMANCE.md: the run's line, the
+    machine, a busy-machine warning when there was one, and :func:`classification_markdown`
+    (what ``benchmark.py --only-classification`` measures)."""
+    m = report["machine"]
+    out = [
+        BEGIN.format(block="classification"),
+        "",
+        f"Run {report['started']} to {report['finished']} (UTC), master `{report['master']}`, "
+        f"scales {', '.join(f'{s}x' for s in report['scales'])}: `{report['command']}`. "
+        f"Machine: {m.get('nproc')} cores, {m.get('memory_gib', '?')} GiB; PySpark "
+        f"{m.get('pyspark')}, {m.get('java')}.",
+    ]
+    if _busy(report) or report.get("note"):
+        out += [
+            "",
+            "**Busy machine**"
+            + (f": {report['note']}" if report.get("note") else "")
+            + f" (max load average {max(_loads(report), default=0)} on {m.get('nproc')} cores).",
+        ]
+    out += classification_markdown(report["results"])
+    out += ["", END.format(block="classification")]
     return "\n".join(out)
 
 
@@ -304,12 +413,14 @@ def cpu_markdown(results: list[dict]) -> list[str]:
 
 
 def write_markdown(report: dict, path: Path, block: str = "main") -> None:
-    """Put :func:`markdown` between the markers of ``block`` in ``path`` (or create it)."""
+    """Put the block ``block`` between its markers in ``path`` (or create it): for the block
+    ``classification`` :func:`classification_block`, for any other :func:`markdown`."""
     begin, end = BEGIN.format(block=block), END.format(block=block)
+    body = classification_block(report) if block == "classification" else markdown(report, block)
     text = path.read_text() if path.exists() else "# Performance\n"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
-        text = head + markdown(report, block) + rest.split(end, 1)[1]
+        text = head + body + rest.split(end, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n" + markdown(report, block) + "\n"
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
     path.write_text(text)

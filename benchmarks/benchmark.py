@@ -2,7 +2,7 @@
 
 For each scale (``--scales``, or ``BENCH_SCALES``, default ``1,4,16``; 1x = 2,043,576 lines) on
 the same SYNTHETIC data (``benchmarks/synthetic_logs.py``: the mix of the real logs, 50 sites,
-3 UTC days), it measures:
+3 UTC days, Combined lines with the real modern logs' user agents), it measures:
 
 1. the bare PySpark job and the bare DuckDB job (``benchmarks/bare_baselines.py``, no pipeline
    code: one regex into typed columns, then Parquet), each a subprocess, start-up included;
@@ -14,18 +14,26 @@ the same SYNTHETIC data (``benchmarks/synthetic_logs.py``: the mix of the real l
 4. from the Dagster instance the run left behind: per day, the hourly and daily runs' seconds
    and the Spark build step's, so the daily overhead (runs, warehouse jobs, checks) is the
    runs' time minus the build step;
-5. from the local warehouse's job ledger (DuckDB ``_bq_platform_jobs``): jobs per table.
+5. from the local warehouse's job ledger (DuckDB ``_bq_platform_jobs``): jobs per table;
+6. the cost of the traffic classification: the hourly build alone (``benchmarks/build_only.py``,
+   a subprocess sampled as above), with the classification and without it, each on its own
+   hard-linked copy of one landed lake, alternating. The build alone, not ``land`` + ``run``
+   twice: its CPU seconds hold no Dagster, warehouse or report work that would dilute the
+   ratio, it costs two builds instead of two pipelines, and the switch that skips the step
+   (``build_hours(classify=False)``) stays a keyword of the library that only this bench
+   passes, reachable from no setting of a deployment.
 
-At 1x the bare Spark job and ``land`` + ``run`` (+ the no-op ``run``) are measured
-``--repeat-1x`` times (default 3, ``BENCH_REPEAT_1X``), alternating, each pipeline trial on a
-fresh home; the report gives each step's median trial and every trial's seconds. The figures
-read from the Dagster instance and the job ledger are those of the median ``run``.
+At 1x the bare Spark job and ``land`` + ``run`` (+ the no-op ``run``), and the two builds of 6,
+are measured ``--repeat-1x`` times (default 3, ``BENCH_REPEAT_1X``), alternating, each pipeline
+trial on a fresh home; the report gives each step's median trial and every trial's seconds.
+The figures read from the Dagster instance and the job ledger are those of the median ``run``.
 
 It prints the figures and writes them into ``--output`` (default ``docs/PERFORMANCE.md``)
 between the ``bench`` markers (``benchmarks/bench_report.py``).
 
 Usage: ``.venv/bin/python benchmarks/benchmark.py [--scales 1,4,16] [--master local[2]]``;
-``make bench BENCH_SCALES=1`` for a quick run. Needs the venv (``make install``) and Java 17.
+``make bench BENCH_SCALES=1`` for a quick run. Needs the venv (``make install``), Java 17 and
+the shared real logs (``../shared/data/access_logs`` and ``modern_logs``).
 """
 
 import argparse
@@ -150,8 +158,15 @@ def ledger_counts(warehouse: Path) -> list[dict]:
     ]
 
 
-def bench_scale(scale: int, args: argparse.Namespace, mix: synthetic_logs.Mix, work: Path) -> dict:
-    """All measurements of one scale (see the module docstring)."""
+def generate_scale(
+    scale: int,
+    args: argparse.Namespace,
+    mix: synthetic_logs.Mix,
+    fields: synthetic_logs.FieldMix,
+    work: Path,
+) -> tuple[Path, Path, dict]:
+    """The synthetic logs of one scale under ``work``: their folder, the scale's log folder
+    (created) and :func:`synthetic_logs.generate`'s figures."""
     gen, logs = work / f"gen-{scale}x", work / f"logs-{scale}x"
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -161,9 +176,22 @@ def bench_scale(scale: int, args: argparse.Namespace, mix: synthetic_logs.Mix, w
         lines_per_hour=args.lines_per_hour_1x * scale,
         days=args.days,
         sites=args.sites,
+        fields=fields,
         seed=args.seed,
     )
     print(f"[{scale}x] generated {data['lines']:,} lines in {time.monotonic() - started:.0f} s")
+    return gen, logs, data
+
+
+def bench_scale(
+    scale: int,
+    args: argparse.Namespace,
+    mix: synthetic_logs.Mix,
+    fields: synthetic_logs.FieldMix,
+    work: Path,
+) -> dict:
+    """All measurements of one scale (see the module docstring)."""
+    gen, logs, data = generate_scale(scale, args, mix, fields, work)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(BIN / "python")}
     result: dict = {"scale": scale, "lines": data["lines"], "data": data}
     result["bare_duckdb"] = bare_step("duckdb", scale, gen, work, args.master, env, logs)
@@ -193,10 +221,90 @@ def bench_scale(scale: int, args: argparse.Namespace, mix: synthetic_logs.Mix, w
         result["ledger"] = ledger_counts(home / "warehouse.duckdb")
     except Exception as exc:  # noqa: BLE001
         result["ledger_error"] = repr(exc)
+    result["classification"] = classification_cost(
+        scale, gen, data, work / f"cost-{scale}x", args.master, env, logs, trials
+    )
     if not args.keep:
         for path in (gen, *(p["home"] for p in pipelines)):
             shutil.rmtree(path, ignore_errors=True)
     return result
+
+
+def classification_scale(
+    scale: int,
+    args: argparse.Namespace,
+    mix: synthetic_logs.Mix,
+    fields: synthetic_logs.FieldMix,
+    work: Path,
+) -> dict:
+    """Only the classification's cost at one scale (``--only-classification``): the logs
+    generated as :func:`bench_scale` does, then :func:`classification_cost`."""
+    gen, logs, data = generate_scale(scale, args, mix, fields, work)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(BIN / "python")}
+    trials = max(1, args.repeat_1x) if scale == 1 else 1
+    cost = classification_cost(
+        scale, gen, data, work / f"cost-{scale}x", args.master, env, logs, trials
+    )
+    if not args.keep:
+        shutil.rmtree(gen, ignore_errors=True)
+    return {"scale": scale, "lines": data["lines"], "data": data, "classification": cost}
+
+
+def classification_cost(
+    scale: int,
+    gen: Path,
+    data: dict,
+    work: Path,
+    master: str,
+    env: dict,
+    logs: Path,
+    trials: int,
+) -> dict:
+    """The build alone with and without the traffic classification (module docstring, 6).
+
+    ``gen``'s logs are landed once under ``work``; each build runs on its own hard-linked copy
+    of that lake (the landed files are only read), ``trials`` times each, alternating which
+    goes first. Returns ``with`` and ``without`` (the step figures of :func:`run_step` and the
+    build's JSON, of the median trial by CPU seconds), ``trials`` (each trial's CPU seconds per
+    variant, in the order run) and the data's ``user_agents`` (distinct, as generated).
+    """
+    shutil.rmtree(work, ignore_errors=True)
+    base = work / "base"
+    penv = {
+        **env,
+        "BQ_PLATFORM_HOME": str(base),
+        "DAGSTER_HOME": str(base / "dagster_home"),
+        "BQ_PLATFORM_SPARK_MASTER": master,
+    }
+    run_step("cost-land", [str(BIN / "bq-platform"), "land-tree", str(gen)], penv, logs)
+    start = dt.date.fromisoformat(data["start"])
+    first = f"{start:%Y-%m-%d}T00"
+    last = f"{start + dt.timedelta(days=data['days'] - 1):%Y-%m-%d}T23"
+    script = str(REPO / "benchmarks" / "build_only.py")
+    runs: dict[str, list[dict]] = {"with": [], "without": []}
+    for trial in range(trials):
+        order = ("with", "without") if trial % 2 == 0 else ("without", "with")
+        for variant in order:
+            lake = work / f"{variant}-{trial + 1}"
+            shutil.copytree(base / "lake", lake, copy_function=os.link)
+            cmd = [str(BIN / "python"), script, str(lake), first, last]
+            cmd += [] if variant == "with" else ["--no-classify"]
+            step = run_step(f"build-{variant}-classification", cmd, penv, logs)
+            step.update(json.loads(step.pop("stdout").strip().splitlines()[-1]))
+            runs[variant].append(step)
+            shutil.rmtree(lake, ignore_errors=True)
+            print(
+                f"[{scale}x] build {variant} classification: {step['seconds']:.1f} s, "
+                f"CPU {bench_report.cpu_total(step):.1f} s"
+            )
+    shutil.rmtree(work, ignore_errors=True)
+    cpu = {k: [bench_report.cpu_total(s) for s in v] for k, v in runs.items()}
+    return {
+        "with": runs["with"][bench_report.median_index(cpu["with"])],
+        "without": runs["without"][bench_report.median_index(cpu["without"])],
+        "trials": cpu,
+        "user_agents": data.get("user_agents"),
+    }
 
 
 def bare_step(
@@ -244,6 +352,12 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--sites", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--modern-logs",
+        type=Path,
+        default=synthetic_logs.DEFAULT_MODERN_LOGS,
+        help="real Combined logs the synthetic user agents are drawn from",
+    )
     parser.add_argument("--work", type=Path, default=None, help="work folder (default: temp)")
     parser.add_argument("--keep", action="store_true", help="keep generated data and homes")
     parser.add_argument("--output", type=Path, default=PERFORMANCE_MD)
@@ -256,15 +370,29 @@ def main() -> None:
         "--repeat-1x",
         type=int,
         default=int(os.environ.get("BENCH_REPEAT_1X", "3")),
-        help="trials of the bare Spark job and land + run at 1x (medians reported)",
+        help="trials at 1x of the bare Spark job, land + run and the builds with and without "
+        "classification (medians reported)",
+    )
+    parser.add_argument(
+        "--only-classification",
+        action="store_true",
+        help="per scale, generate the logs and measure only the build with and without the "
+        "traffic classification (6. above); writes the block 'classification'",
     )
     args = parser.parse_args()
+    if args.only_classification:
+        args.block = "classification"
     scales = [int(s) for s in str(args.scales).split(",") if s.strip()]
+    try:
+        mix = synthetic_logs.learn_mix(synthetic_logs.DEFAULT_LOGS)
+        fields = synthetic_logs.learn_user_agents(args.modern_logs)
+    except (FileNotFoundError, OSError) as exc:  # names the folder and what to do
+        sys.exit(f"benchmark: {exc}")
     work = args.work or Path(tempfile.mkdtemp(prefix="bqp-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
-    mix = synthetic_logs.learn_mix(synthetic_logs.DEFAULT_LOGS)
-    results = [bench_scale(s, args, mix, work) for s in scales]
+    measure = classification_scale if args.only_classification else bench_scale
+    results = [measure(s, args, mix, fields, work) for s in scales]
     report = {
         "started": started.isoformat(timespec="seconds"),
         "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -1,8 +1,10 @@
 """SYNTHETIC access logs for benchmarks only: the real logs' mix, scaled to any size.
 
 Nothing this script writes is real traffic. It learns the mix of the bundled real logs
-(``../shared/data/access_logs/<site>/*.log.gz``, see ``../shared/data/README.md``) and writes as
-many lines as asked, deterministically (same arguments and seed, same bytes):
+(``../shared/data/access_logs/<site>/*.log.gz``, see ``../shared/data/README.md``) and the user
+agents of the real modern Combined logs (``../shared/data/modern_logs/<site>/*.log.gz``, same
+README), and writes as many lines as asked, deterministically (same arguments and seed, same
+bytes):
 
 - **requests, status codes, bytes, page/asset share**: each synthetic line is a real line's
   ``(request, status, bytes)`` drawn at random with replacement from its template site (a
@@ -15,10 +17,17 @@ many lines as asked, deterministically (same arguments and seed, same bytes):
   as in the real log;
 - **arrival pattern**: lines per UTC hour of day follow the real logs' hourly profile (summed
   over the real sites; hours they miss get the quietest real hour's share); within an hour the
-  timestamps are uniform and sorted.
+  timestamps are uniform and sorted;
+- **user agents and referrers** (Combined Log Format, the default): each synthetic visitor has
+  one user agent, drawn from the modern logs' user agents weighted by their lines there (every
+  real line one vote; ``-`` included), so robots and browsers keep the real share of lines and
+  the same visitor keeps its user agent over hours and days; each line's referrer is drawn
+  from the modern logs' referrers, weighted the same way. Both fields are written as the real
+  lines wrote them (escapes kept). These draws use a random generator of their own, so the
+  requests, statuses, visitors and times are those of the Common Log Format output.
 
 It writes ``<out>/<site>/<site>-<YYYYMMDD>.log.gz`` (one gzip file per site and UTC day, lines in
-time order, Common or Combined Log Format, zone ``+0000``) and ``<out>/synthetic.json`` with the
+time order, Combined or Common Log Format, zone ``+0000``) and ``<out>/synthetic.json`` with the
 parameters and totals. ``bq-platform land-tree <out>`` lands it (``land-tree`` takes the folder
 name as the site and ignores files at the top).
 
@@ -32,6 +41,7 @@ import collections
 import dataclasses
 import datetime as dt
 import gzip
+import itertools
 import json
 import random
 import sys
@@ -40,17 +50,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOGS = REPO.parent / "shared" / "data" / "access_logs"
+#: The real Combined logs the user agents come from (``make run`` lands the same folder).
+DEFAULT_MODERN_LOGS = REPO.parent / "shared" / "data" / "modern_logs"
 DEFAULT_START = dt.date(1995, 9, 1)  # after the real logs; inside the default partitions
 #: One "1x" of the benchmark (the real logs x 25 = 2,043,600 lines)
 #: as 3 days of 50 sites: 28,383 lines per hour (2,043,576 lines).
 LINES_PER_HOUR_1X = 28_383
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-#: User agents of Combined-format output; synthetic, no real log carries these.
-_AGENTS = (
-    "Mozilla/5.0 (X11; Linux x86_64) synthetic-benchmark/1.0",
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) synthetic-benchmark/1.0",
-    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) synthetic-benchmark/1.0",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +112,68 @@ def learn_mix(access_logs: Path) -> Mix:
     return Mix(sites, [float(by_hour.get(h) or quietest) for h in range(24)])
 
 
+@dataclasses.dataclass(frozen=True)
+class FieldMix:
+    """The user agents and referrers of real Combined lines, each with the lines it was seen on.
+
+    Attributes:
+        agents: distinct user-agent fields as written (escapes kept; ``-`` for none), most
+            frequent first, ties in text order.
+        agent_lines: lines per entry of ``agents``.
+        referrers: distinct referrer fields, in the same order and form.
+        referrer_lines: lines per entry of ``referrers``.
+        sources: the files read, relative to the folder given.
+    """
+
+    agents: list[str]
+    agent_lines: list[int]
+    referrers: list[str]
+    referrer_lines: list[int]
+    sources: list[str]
+
+
+def _ranked(counts: collections.Counter) -> tuple[list[str], list[int]]:
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [k for k, _ in ranked], [v for _, v in ranked]
+
+
+def learn_user_agents(modern_logs: Path) -> FieldMix:
+    """Read the real Combined logs under ``modern_logs/<site>/*.log.gz`` and count their user
+    agents and referrers (lines that are not Combined Log Format are skipped).
+
+    Raises:
+        FileNotFoundError: if there is no such log, or none has a Combined line; the message
+            names the folder and where the logs come from.
+    """
+    sys.path.insert(0, str(REPO))
+    from bq_platform.lib.core import logformat as lf
+
+    paths = sorted(modern_logs.glob("*/*.log.gz")) if modern_logs.is_dir() else []
+    agents, referrers = collections.Counter(), collections.Counter()
+    for path in paths:
+        for raw in gzip.decompress(path.read_bytes()).split(b"\n"):
+            match = lf.LINE_RE.fullmatch(lf.clean_line(raw.decode("utf-8", errors="replace")))
+            if match is None or match.group(10) is None:
+                continue
+            referrers[match.group(9)] += 1
+            agents[match.group(10)] += 1
+    if not agents:
+        raise FileNotFoundError(
+            f"no real Combined logs (<site>/*.log.gz with user agents) under {modern_logs}: the "
+            "benchmark draws its user agents from ../shared/data/modern_logs (see "
+            "../shared/data/README.md); give the folder with --modern-logs"
+        )
+    agent_texts, agent_lines = _ranked(agents)
+    referrer_texts, referrer_lines = _ranked(referrers)
+    return FieldMix(
+        agent_texts,
+        agent_lines,
+        referrer_texts,
+        referrer_lines,
+        [str(p.relative_to(modern_logs)) for p in paths],
+    )
+
+
 def split_exact(total: int, weights: list[float]) -> list[int]:
     """``total`` split in proportion to ``weights`` (largest remainder): sums to ``total``."""
     scale = total / sum(weights)
@@ -130,7 +198,7 @@ def generate(
     days: int,
     sites: int,
     start: dt.date = DEFAULT_START,
-    combined: bool = False,
+    fields: FieldMix | None = None,
     seed: int = 0,
 ) -> dict:
     """Write the synthetic logs (see the module docstring); returns what ``synthetic.json`` holds.
@@ -143,10 +211,12 @@ def generate(
         days: UTC days, from ``start``.
         sites: synthetic sites.
         start: first UTC day.
-        combined: Combined Log Format (adds ``"-"`` referrer and a synthetic user agent).
+        fields: the real user agents and referrers (:func:`learn_user_agents`): Combined Log
+            Format lines with them; None: Common Log Format.
         seed: random seed.
     """
     rng = random.Random(seed)
+    field_rng = random.Random(f"user-agents-{seed}")  # apart: the Common mix stays the same
     templates = [mix.sites[k % len(mix.sites)] for k in range(sites)]
     names = [f"syn{k:03d}.{t.site}" for k, t in enumerate(templates)]
     real_lines = {s.site: len(s.records) for s in mix.sites}
@@ -158,6 +228,17 @@ def generate(
     replicas = [
         max(1, round(n / len(t.records))) for t, n in zip(templates, per_site_day, strict=True)
     ]
+    # one user agent per synthetic visitor (host number), drawn once, weighted by real lines
+    visitor_agents: list[list[int]] = []
+    if fields is not None:
+        agent_cum = list(itertools.accumulate(fields.agent_lines))
+        referrer_cum = list(itertools.accumulate(fields.referrer_lines))
+        for t, copies_k in zip(templates, replicas, strict=True):
+            pool = min(t.clients * copies_k, 1 << 20)
+            visitor_agents.append(
+                field_rng.choices(range(len(fields.agents)), cum_weights=agent_cum, k=pool)
+            )
+    agents_used: set[int] = set()
     totals = collections.Counter()
     for d in range(days):
         day = start + dt.timedelta(days=d)
@@ -174,14 +255,23 @@ def generate(
                     template, copies_k = templates[k], replicas[k]
                     seconds = sorted(rng.randrange(3600) for _ in range(n))
                     drawn = rng.choices(template.records, k=n)
+                    if fields is not None:
+                        referrers = field_rng.choices(
+                            fields.referrers, cum_weights=referrer_cum, k=n
+                        )
                     lines = []
-                    for s, (request, status, bytes_, client) in zip(seconds, drawn, strict=True):
+                    for i, (s, (request, status, bytes_, client)) in enumerate(
+                        zip(seconds, drawn, strict=True)
+                    ):
                         visitor = client + template.clients * int(rng.random() * copies_k)
-                        host = _ipv4((k << 20) + visitor % (1 << 20))
+                        number = visitor % (1 << 20)
+                        host = _ipv4((k << 20) + number)
                         when = f"{stamp}{s // 60:02d}:{s % 60:02d} +0000"
                         line = f'{host} - - [{when}] "{request}" {status} {bytes_}'
-                        if combined:
-                            line += f' "-" "{_AGENTS[client % len(_AGENTS)]}"'
+                        if fields is not None:
+                            agent = visitor_agents[k][number % len(visitor_agents[k])]
+                            agents_used.add(agent)
+                            line += f' "{referrers[i]}" "{fields.agents[agent]}"'
                         lines.append(line)
                     if lines:
                         handles[k].write("\n".join(lines) + "\n")
@@ -196,12 +286,16 @@ def generate(
         "days": days,
         "start": start.isoformat(),
         "sites": sites,
-        "format": "combined" if combined else "common",
+        "format": "common" if fields is None else "combined",
         "seed": seed,
         "lines": sum(totals.values()),
         "lines_per_site": dict(sorted(totals.items())),
         "learned_from": sorted(real_lines),
     }
+    if fields is not None:
+        summary["user_agents"] = len(agents_used)
+        summary["user_agents_learned_from"] = fields.sources
+        summary["user_agents_available"] = len(fields.agents)
     (out / "synthetic.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -213,11 +307,18 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--sites", type=int, default=50)
     parser.add_argument("--start", type=dt.date.fromisoformat, default=DEFAULT_START)
-    parser.add_argument("--format", choices=("common", "combined"), default="common")
+    parser.add_argument("--format", choices=("combined", "common"), default="combined")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--logs", type=Path, default=DEFAULT_LOGS, help="real logs to learn from")
+    parser.add_argument(
+        "--modern-logs",
+        type=Path,
+        default=DEFAULT_MODERN_LOGS,
+        help="real Combined logs to draw the user agents from (--format combined)",
+    )
     args = parser.parse_args()
     started = time.monotonic()
+    fields = learn_user_agents(args.modern_logs) if args.format == "combined" else None
     summary = generate(
         learn_mix(args.logs),
         args.out,
@@ -225,7 +326,7 @@ def main() -> None:
         days=args.days,
         sites=args.sites,
         start=args.start,
-        combined=args.format == "combined",
+        fields=fields,
         seed=args.seed,
     )
     print(

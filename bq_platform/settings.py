@@ -15,6 +15,7 @@ from typing import Any
 
 from bq_platform.lib.core.hours import parse_hour
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 
 ENVIRONMENTS: tuple[str, ...] = ("local", "prod")
 #: The first hourly partition of the bundled logs (the default of ``BQ_PLATFORM_FIRST_HOUR``).
@@ -35,6 +36,15 @@ BIGQUERY_VARIABLES: tuple[str, ...] = (
 BUILDS: tuple[str, ...] = ("in-process", "spark-submit")
 #: Set (to any non-empty value) by ``bq-platform -v``: Spark's console log in full.
 SPARK_VERBOSE = "BQ_PLATFORM_SPARK_VERBOSE"
+#: The page-rate threshold's variable: a positive whole number, or :data:`OFF`.
+MAX_PAGES_VARIABLE = "BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR"
+#: The switches of the traffic heuristics: variable -> ``PipelineSettings`` field, each
+#: :data:`ON` or :data:`OFF` (unset or empty: on).
+HEURISTIC_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("BQ_PLATFORM_BOT_ROBOTS_TXT", "bot_robots_txt"),
+    ("BQ_PLATFORM_BOT_EMPTY_USER_AGENT", "bot_empty_user_agent"),
+)
+ON, OFF = "on", "off"
 
 
 def unknown_environment(env: str) -> ValueError:
@@ -159,22 +169,20 @@ def pipeline_settings(env: str) -> dict[str, Any]:
     malformed variable."""
     return {
         **_whole_numbers(),
+        **_traffic(),
         **_quality(),
         **_reports(LOCAL_REPORTS_URL if env == "local" else ""),
     }
 
 
 def _whole_numbers() -> dict[str, int]:
-    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), ``..._LINES_PER_PASS``,
-    ``..._LOOKBACK_DAYS`` (days) and ``..._MAX_PAGES_PER_VISITOR_HOUR`` (the traffic
-    classification's page-rate threshold), when set; ValueError unless positive whole
-    numbers."""
+    """``BQ_PLATFORM_JOB_BUDGET`` (jobs per table per UTC day), ``..._LINES_PER_PASS`` and
+    ``..._LOOKBACK_DAYS`` (days), when set; ValueError unless positive whole numbers."""
     out = {}
     for variable, field in (
         ("BQ_PLATFORM_JOB_BUDGET", "job_budget_per_table_per_day"),
         ("BQ_PLATFORM_LINES_PER_PASS", "lines_per_pass"),
         ("BQ_PLATFORM_LOOKBACK_DAYS", "lookback_days"),
-        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "max_pages_per_visitor_hour"),
     ):
         value = os.environ.get(variable)
         if not value:
@@ -183,6 +191,49 @@ def _whole_numbers() -> dict[str, int]:
             raise ValueError(f"{variable} must be a positive whole number, got {value!r}")
         out[field] = int(value)
     return out
+
+
+def _traffic() -> dict[str, Any]:
+    """The traffic heuristics' settings that are set: ``max_pages_per_visitor_hour``
+    (:data:`MAX_PAGES_VARIABLE`: a positive whole number, or ``off``: None) and each switch of
+    :data:`HEURISTIC_SWITCHES` (``on``: True, ``off``: False; any case). ValueError names the
+    variable and the values it allows."""
+    out: dict[str, Any] = {}
+    value = (os.environ.get(MAX_PAGES_VARIABLE) or "").strip()
+    if value.lower() == OFF:
+        out["max_pages_per_visitor_hour"] = None
+    elif value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(
+                f"{MAX_PAGES_VARIABLE} must be a positive whole number (pages per visitor and "
+                f"UTC hour) or '{OFF}', got {value!r}"
+            )
+        out["max_pages_per_visitor_hour"] = int(value)
+    for variable, field in HEURISTIC_SWITCHES:
+        value = (os.environ.get(variable) or "").strip()
+        if not value:
+            continue
+        if value.lower() not in (ON, OFF):
+            raise ValueError(f"{variable} must be '{ON}' or '{OFF}', got {value!r}")
+        out[field] = value.lower() == ON
+    return out
+
+
+def classification_thresholds() -> ClassificationThresholds:
+    """The traffic classification's configuration the environment sets (unset: the
+    defaults of :class:`~bq_platform.lib.traffic.thresholds.ClassificationThresholds`);
+    ValueError names a malformed variable."""
+    fields = _traffic()
+    defaults = ClassificationThresholds()
+    return ClassificationThresholds(
+        max_pages_per_visitor_hour=fields.get(
+            "max_pages_per_visitor_hour", defaults.max_pages_per_visitor_hour
+        ),
+        robots_txt_marks_visitor=fields.get("bot_robots_txt", defaults.robots_txt_marks_visitor),
+        empty_user_agent_marks_line=fields.get(
+            "bot_empty_user_agent", defaults.empty_user_agent_marks_line
+        ),
+    )
 
 
 def _reports(default: str = "") -> dict[str, str]:
@@ -210,14 +261,21 @@ def _quality() -> dict[str, float]:
 
 
 def application_environment(
-    *, visitor_key: str, lines_per_pass: int, max_pages_per_visitor_hour: int
+    *, visitor_key: str, lines_per_pass: int, thresholds: ClassificationThresholds
 ) -> dict[str, str]:
     """The variables that hand these settings to a child process (the Spark application of
-    :mod:`bq_platform.spark_apps.build_hours`, which reads them back here)."""
+    :mod:`bq_platform.spark_apps.build_hours`, which reads them back here, the traffic
+    ``thresholds`` with :func:`classification_thresholds`)."""
+    rate = thresholds.max_pages_per_visitor_hour
+    switches = (thresholds.robots_txt_marks_visitor, thresholds.empty_user_agent_marks_line)
     return {
         "BQ_PLATFORM_VISITOR_KEY": visitor_key,
         "BQ_PLATFORM_LINES_PER_PASS": str(lines_per_pass),
-        "BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR": str(max_pages_per_visitor_hour),
+        MAX_PAGES_VARIABLE: OFF if rate is None else str(rate),
+        **{
+            variable: ON if on else OFF
+            for (variable, _), on in zip(HEURISTIC_SWITCHES, switches, strict=True)
+        },
     }
 
 

@@ -1,7 +1,9 @@
 """Settings read from the environment without Dagster (settings.py), and the promise
 that they agree with the Dagster resources (defs/resources.py) a run binds."""
 
+import dataclasses
 import datetime as dt
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from bq_platform import settings
-from bq_platform.defs.resources import build_resources, resolved
+from bq_platform.defs.resources import PipelineSettings, build_resources, resolved
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 
 PROD = {
     "BQ_PLATFORM_GCP_PROJECT": "the-project",
@@ -195,18 +198,94 @@ def test_the_spark_settings_and_their_defaults(monkeypatch, tmp_path) -> None:
         settings.hourly_build()
 
 
-def test_the_application_gets_the_runs_settings_back(monkeypatch) -> None:
+#: The traffic classification's variables and their PipelineSettings fields.
+TRAFFIC_VARIABLES = {
+    "BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR": "max_pages_per_visitor_hour",
+    "BQ_PLATFORM_BOT_ROBOTS_TXT": "bot_robots_txt",
+    "BQ_PLATFORM_BOT_EMPTY_USER_AGENT": "bot_empty_user_agent",
+}
+
+
+def traffic_pipeline() -> PipelineSettings:
+    """The PipelineSettings that :func:`settings.pipeline_settings` configures (traffic
+    fields only, besides a key)."""
+    fields = settings.pipeline_settings("prod")
+    traffic = {k: fields[k] for k in TRAFFIC_VARIABLES.values() if k in fields}
+    return PipelineSettings(visitor_key="k", **traffic)
+
+
+@pytest.mark.parametrize(
+    "thresholds",
+    [
+        ClassificationThresholds(max_pages_per_visitor_hour=40),
+        ClassificationThresholds(
+            max_pages_per_visitor_hour=None,
+            robots_txt_marks_visitor=False,
+            empty_user_agent_marks_line=False,
+        ),
+        ClassificationThresholds(empty_user_agent_marks_line=False),
+    ],
+)
+def test_the_application_gets_the_runs_settings_back(monkeypatch, thresholds) -> None:
     """What a launcher hands a build application is what the application reads here."""
     for name, value in settings.application_environment(
-        visitor_key="the-runs-key", lines_per_pass=7, max_pages_per_visitor_hour=40
+        visitor_key="the-runs-key", lines_per_pass=7, thresholds=thresholds
     ).items():
         monkeypatch.setenv(name, value)
     assert settings.visitor_key("prod") == "the-runs-key"
     assert settings.pipeline_settings("prod")["lines_per_pass"] == 7
-    assert settings.pipeline_settings("prod")["max_pages_per_visitor_hour"] == 40
+    assert settings.classification_thresholds() == thresholds
+    assert traffic_pipeline().traffic_thresholds() == thresholds
 
 
-def test_a_page_rate_threshold_that_is_no_positive_whole_number_is_refused(monkeypatch) -> None:
-    monkeypatch.setenv("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "0")
-    with pytest.raises(ValueError, match="BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR must be"):
+def test_the_heuristics_default_to_on_with_the_default_page_rate(monkeypatch) -> None:
+    for name in TRAFFIC_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert settings.classification_thresholds() == ClassificationThresholds()
+    assert traffic_pipeline().traffic_thresholds() == ClassificationThresholds()
+    for name in TRAFFIC_VARIABLES:
+        monkeypatch.setenv(name, "")  # empty: unset
+    assert settings.classification_thresholds() == ClassificationThresholds()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "off", {"max_pages_per_visitor_hour": None}),
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", " OFF ", {"max_pages_per_visitor_hour": None}),
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "90", {"max_pages_per_visitor_hour": 90}),
+        ("BQ_PLATFORM_BOT_ROBOTS_TXT", "off", {"robots_txt_marks_visitor": False}),
+        ("BQ_PLATFORM_BOT_ROBOTS_TXT", "On", {"robots_txt_marks_visitor": True}),
+        ("BQ_PLATFORM_BOT_EMPTY_USER_AGENT", "off", {"empty_user_agent_marks_line": False}),
+        ("BQ_PLATFORM_BOT_EMPTY_USER_AGENT", "on", {"empty_user_agent_marks_line": True}),
+    ],
+)
+def test_each_heuristic_setting_reaches_the_classification(
+    monkeypatch, variable, value, expected
+) -> None:
+    for name in TRAFFIC_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, value)
+    thresholds = settings.classification_thresholds()
+    assert thresholds == dataclasses.replace(ClassificationThresholds(), **expected)
+    assert traffic_pipeline().traffic_thresholds() == thresholds
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "allowed"),
+    [
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "0", "a positive whole number"),
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "2.5", "a positive whole number"),
+        ("BQ_PLATFORM_MAX_PAGES_PER_VISITOR_HOUR", "none", "or 'off'"),
+        ("BQ_PLATFORM_BOT_ROBOTS_TXT", "yes", "'on' or 'off', got 'yes'"),
+        ("BQ_PLATFORM_BOT_EMPTY_USER_AGENT", "0", "'on' or 'off', got '0'"),
+    ],
+)
+def test_a_bad_heuristic_setting_names_its_variable_and_the_values_allowed(
+    monkeypatch, variable, value, allowed
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=f"^{variable} must be .*{re.escape(allowed)}"):
         settings.pipeline_settings("prod")
+    with pytest.raises(ValueError, match=f"^{variable} must be"):
+        settings.classification_thresholds()

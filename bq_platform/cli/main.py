@@ -5,6 +5,7 @@ Each command's docstring is its ``--help``. ``run`` records Dagster runs in the 
 ``run`` at a time per data folder (:mod:`bq_platform.cli.instance`).
 """
 
+import collections
 import datetime as dt
 import logging
 import os
@@ -214,6 +215,13 @@ def _landing_store() -> "ObjectStore":
 )
 @click.option("--force", is_flag=True, help="Re-run days that look up to date (still idempotent).")
 @click.option(
+    "--reclassify",
+    is_flag=True,
+    help="Also rebuild hours whose landed input is unchanged but whose traffic classifier "
+    "(crawler list, ua-parser rules, thresholds) is not the installed one; without it they "
+    "are held, named, and the exit status is 1. Preview first: bq-platform reclassify-preview.",
+)
+@click.option(
     "--wait",
     "wait_seconds",
     type=click.FloatRange(min=0),
@@ -229,9 +237,14 @@ def run(
     allow_incomplete: bool,
     allow_rejected: bool,
     force: bool,
+    reclassify: bool,
     wait_seconds: float,
 ) -> None:
     """Process every landed day not yet published (or the hours START..END) through Dagster.
+
+    Hours whose landed input is unchanged but whose traffic classifier is not the installed one
+    are not rebuilt without --reclassify: their days are held, the hours named, and the exit
+    status is 1 once the other days are done.
 
     SIGTERM or SIGINT stops it within seconds: its runs are marked canceled, one line names the
     signal, and the exit status is 128 + the signal's number (143, 130); a later ``run``
@@ -250,7 +263,7 @@ def run(
                 # The config written, the instance created and its SQLite schema migrated by
                 # the lock holder only.
                 _ensure_dagster_home()
-                runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"])
+                runner = _runner(echo=click.echo, verbose=ctx.obj["verbose"], reclassify=reclassify)
                 started = time.monotonic()
                 with dg.DagsterInstance.get() as instance:
                     try:
@@ -294,12 +307,17 @@ def _run(
     runner.clean_attempts()
     click.echo(f"\nfinished in {time.monotonic() - started:.1f} s")
     runner.print_summary(runner.processed_days or runner.landed_days)
+    if runner.held:
+        from bq_platform.lib.planning import reclassify_refusal
+
+        click.echo(f"\nDays held: {reclassify_refusal(runner.held)}", err=True)
     if not ok:
         click.echo(
             "\nSome runs failed; see the messages above, `bq-platform -v run` for every log line, "
             "and the Dagster UI (make dev).",
             err=True,
         )
+    if runner.held or not ok:
         sys.exit(1)
 
 
@@ -352,6 +370,70 @@ def deadletters(start: str | None, end: str | None, reason: str | None, limit: i
             f"{d.site:<16} {hour_label(d.hour):<13} {d.line_no:>7} {d.reason:<16} {d.data_key}"
         )
         click.echo(f"{'':<55}{cut(d.raw)}")
+
+
+def _parse_day(value: str | None) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: use UTC days like 2019-01-22") from exc
+
+
+@main.command("reclassify-preview")
+@click.option("--from", "first", default=None, help="First UTC day, YYYY-MM-DD (inclusive).")
+@click.option("--to", "last", default=None, help="Last UTC day, YYYY-MM-DD (inclusive).")
+def reclassify_preview(first: str | None, last: str | None) -> None:
+    """Show what the installed traffic classifier would change in the published sample.
+
+    Classifies the rows of pageviews_sample of the days again with the installed crawler list
+    and the configured thresholds and prints, per day and site, the rows that would move
+    between human and bot, and the user agents that move most. Writes nothing; restate with
+    `bq-platform run --reclassify`. Default days: the landed ones (BQ_PLATFORM_LOOKBACK_DAYS).
+    On BigQuery it runs one query over the sample's partitions of these days.
+    """
+    from bq_platform.lib.core.hours import day_hours
+    from bq_platform.lib.core.manifest import ManifestError, read_hour_manifests
+    from bq_platform.lib.planning import classifier_change
+    from bq_platform.lib.quality.reclassify_preview import preview_lines, preview_sample
+    from bq_platform.lib.traffic.thresholds import ClassificationThresholds
+    from bq_platform.lib.traffic.version import classifier_version
+
+    runner = _runner(echo=click.echo)
+    thresholds = runner.thresholds or ClassificationThresholds()
+    start, end = _parse_day(first), _parse_day(last)
+    landed = runner.all_days()
+    if start is None or end is None:
+        if not landed and (start or end) is None:
+            raise click.ClickException("nothing landed: give --from and --to")
+        start = start or (landed[0] if landed else end)
+        end = end or (landed[-1] if landed else start)
+    if end < start:
+        raise click.UsageError(f"--to {end} is before --from {start}")
+    current = classifier_version(thresholds)
+    hours = [h for d in landed if start <= d <= end for h in day_hours(d)]
+    try:
+        built = read_hour_manifests(runner.store, hours)
+    except ManifestError as exc:
+        raise click.ClickException(str(exc)) from exc
+    published = collections.Counter(m.classifier for m in built.values() if m is not None)
+    try:
+        rows = runner.warehouse.published_sample_rows(start, end)
+    finally:
+        runner.warehouse.close()
+    click.echo(f"installed classifier: {current}")
+    for old, n in sorted(published.items()):
+        if old == current:
+            click.echo(f"{n} built hours of the landed days have the installed classifier")
+        else:
+            change = classifier_change(old, current)
+            click.echo(f"{n} built hours of the landed days have another one: {change}")
+    if not rows:
+        click.echo(f"no published sample rows from {start} to {end}")
+        return
+    for line in preview_lines(preview_sample(rows, thresholds)):
+        click.echo(line)
 
 
 main.add_command(plan_command)

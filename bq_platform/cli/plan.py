@@ -38,16 +38,20 @@ def _target() -> settings.BigQueryTarget:
 @click.option("--json", "as_json", is_flag=True, help="One JSON request per line.")
 @click.option("--offline", is_flag=True, help="No credentials or network: use the local lake.")
 def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> None:
-    """Print every table and job request a production run of these hours would send.
+    """Print every table and job request a production run of these hours would send (the
+    daily rollups' loads included: of ``part-*.parquet`` in their content folder while a run
+    has not built them yet).
 
     Default hours: every landed hour (of the days from ``BQ_PLATFORM_LOOKBACK_DAYS`` days ago
-    on, when it is set). Exit status 1 if a table would pass its daily budget.
+    on, when it is set). Hours that `bq-platform run` holds for reclassification (unchanged
+    input, another traffic classifier) are named first. Exit status 1 if a table would pass
+    its daily budget.
     """
     import google.auth
     import google.auth.transport.requests
 
     from bq_platform.defs.resources import build_resources
-    from bq_platform.lib.planning import scan_window
+    from bq_platform.lib.planning import reclassifications, reclassify_refusal, scan_window
     from bq_platform.lib.publish.plan import build_plan, describe
     from bq_platform.lib.storage.gcs import GCSObjectStore, storage_client
     from bq_platform.lib.storage.local import LocalObjectStore
@@ -88,6 +92,9 @@ def plan(start: str | None, end: str | None, as_json: bool, offline: bool) -> No
         )
     else:  # the days the automation would plan (BQ_PLATFORM_LOOKBACK_DAYS)
         hours = [h for d in scan_window(store, pipeline.lookback_days).days() for h in day_hours(d)]
+    held = reclassifications(store, hours, pipeline.traffic_thresholds())
+    if held:  # ``bq-platform run`` does not build them without --reclassify
+        click.echo(f"held hours: {reclassify_refusal(held)}", err=as_json)
     result = build_plan(
         warehouse,
         store,

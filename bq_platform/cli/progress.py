@@ -44,9 +44,17 @@ def step_line(metadata: Mapping[str, Any]) -> str:
             parts.append(f"job {value}")
         elif key == "seconds":
             parts.append(f"{value} s")
+        elif key == "pageviews" and isinstance(value, int) and _apart(metadata):
+            human, bot = metadata["human_pageviews"], metadata["bot_pageviews"]
+            parts.append(f"{value:,} pageviews (human {human:,}, bot {bot:,})")
         elif isinstance(value, int):
             parts.append(f"{value:,} {label}")
     return ", ".join(parts)
+
+
+def _apart(metadata: Mapping[str, Any]) -> bool:
+    """Whether ``metadata`` has the pages by traffic class, as whole numbers."""
+    return all(isinstance(metadata.get(k), int) for k in ("human_pageviews", "bot_pageviews"))
 
 
 @dataclasses.dataclass

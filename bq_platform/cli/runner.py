@@ -4,7 +4,9 @@ Due days run in batches of consecutive days (:func:`~bq_platform.lib.planning.ba
 hourly run over the batch's hours (one Spark pass), then the daily publish; a failed batch is
 redone day by day. A day whose publish records already name its current content, and whose
 last daily run did not fail, is skipped (:func:`~bq_platform.lib.planning.plan_day`), so a
-second ``run`` changes nothing. Unless ``verbose``, Dagster's console log is off and the runner
+second ``run`` changes nothing. A day with hours to reclassify (unchanged input, another
+traffic classifier) is held unless :attr:`PipelineRunner.reclassify`, which the hourly runs
+then pass as the build's run config. Unless ``verbose``, Dagster's console log is off and the runner
 prints one line per step and day, and each failure once, without traceback, naming where it
 happened and the fix.
 """
@@ -27,7 +29,13 @@ from bq_platform.lib.core.hours import day_hours, hour_label, partition_day
 from bq_platform.lib.core.manifest import ManifestError
 from bq_platform.lib.core.reporting import CheckFailure, capped, summary_table
 from bq_platform.lib.hourly_build.retention import clean_staging
-from bq_platform.lib.planning import batches, plan_day, scan_window
+from bq_platform.lib.planning import (
+    Reclassification,
+    batches,
+    plan_day,
+    reclassifications,
+    scan_window,
+)
 from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform.lib.warehouse.base import Warehouse
@@ -35,6 +43,9 @@ from bq_platform.lib.warehouse.base import Warehouse
 HOURLY_JOB = "pageviews_hourly_job"
 DAILY_JOB = "pageviews_daily_job"
 PUBLISH_OPS = ("warehouse__pageviews", "warehouse__pageviews_sample")
+#: The hourly build's op (asset ``lake/pageview_files``), whose config ``reclassify`` allows
+#: restating the traffic classification of hours with unchanged input.
+BUILD_OP = "lake__pageview_files"
 # -v: the console shows INFO and up; DEBUG events (every step output) stay in the instance/UI.
 CONSOLE_LOGGING = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 # Default: no per-event console lines; the runner prints one line per step.
@@ -61,6 +72,11 @@ class PipelineRunner:
     defaults); planning expects its fingerprints."""
     lookback_days: int = 0
     """Plan only the UTC days from this many days before today on; 0: every landed day."""
+    reclassify: bool = False
+    """Build hours whose landed input is unchanged but whose traffic classifier is not the
+    installed one (``bq-platform run --reclassify``); without it their days are held."""
+    held: list[Reclassification] = dataclasses.field(default_factory=list)
+    """The hours :meth:`plan` held for reclassification (their days are not run)."""
     processed_days: list[dt.date] = dataclasses.field(default_factory=list)
     landed_days: list[dt.date] = dataclasses.field(default_factory=list)
     """The landed days :meth:`run` planned (a scan of every landed manifest), kept for the
@@ -80,6 +96,7 @@ class PipelineRunner:
         echo: Callable[[str], Any] = print,
         instance: dg.DagsterInstance | None = None,
         verbose: bool = False,
+        reclassify: bool = False,
     ) -> "PipelineRunner":
         """Build from the code location's definitions and the resources of ``env``."""
         from bq_platform.definitions import defs
@@ -97,6 +114,7 @@ class PipelineRunner:
             echo=echo,
             instance=instance,
             verbose=verbose,
+            reclassify=reclassify,
         )
 
     @functools.cached_property
@@ -116,8 +134,9 @@ class PipelineRunner:
         allow_rejected: bool = False,
     ) -> bool:
         """:meth:`plan`, then :meth:`execute`; ``allow_*`` set the publish runs' config for
-        this run only."""
-        return self.execute(self.plan(hours, force), allow_incomplete, allow_rejected)
+        this run only. False if a run failed or hours were :attr:`held`."""
+        ok = self.execute(self.plan(hours, force), allow_incomplete, allow_rejected)
+        return ok and not self.held
 
     def plan(
         self, hours: Sequence[dt.datetime] | None = None, force: bool = False
@@ -126,6 +145,10 @@ class PipelineRunner:
         day's verdict echoed; ``force``: every landed day). Reads the landing zone, the
         warehouse and the days' latest publish runs in :attr:`instance` (a day whose latest
         one failed is due), then releases the warehouse file.
+
+        Unless :attr:`reclassify`, a day with hours whose input is unchanged but whose
+        classifier is not the installed one is left out, even with ``force``, and those hours
+        are kept in :attr:`held`.
         """
         if hours is None:
             index = scan_window(self.store, self.lookback_days)
@@ -148,17 +171,28 @@ class PipelineRunner:
                     self.visitor_key,
                     failed_publishes=failed,
                     thresholds=self.thresholds,
+                    reclassify=self.reclassify,
                 )
                 for d in days
             ]
             for plan in plans:
                 verdict = "due" if plan.due else ("forced" if force else "skip")
+                if plan.held:  # the hours are named once, by the caller
+                    self.held += [r for r in plan.reclassify if r.hour in plan.held]
+                    self.echo(f"{plan.day}: held ({len(plan.held)} hours to reclassify)")
+                    continue
                 self.echo(f"{plan.day}: {verdict} ({plan.reason})")
-            todo = {p.day: day_hours(p.day) for p in plans if p.due or force}
+            todo = {p.day: day_hours(p.day) for p in plans if (p.due or force) and not p.held}
         else:
             todo = {}
             for hour in hours:
                 todo.setdefault(hour.date(), []).append(hour)
+            if not self.reclassify:
+                self.held = reclassifications(self.store, hours, self.thresholds)
+                for day in sorted({r.hour.date() for r in self.held}):
+                    n = sum(r.hour.date() == day for r in self.held)
+                    self.echo(f"{day}: held ({n} hours to reclassify)")
+                    del todo[day]
         self.warehouse.close()  # release the file: the runs open their own connections
         return todo
 
@@ -224,7 +258,10 @@ class PipelineRunner:
                 "dagster/asset_partition_range_end": last,
                 **self._tags(),
             },
-            run_config=self._logging(),
+            run_config={
+                **self._logging(),
+                "ops": {BUILD_OP: {"config": {"reclassify": self.reclassify}}},
+            },
             raise_on_error=False,
         )
         self._echo_steps(progress, hourly)
@@ -289,7 +326,7 @@ class PipelineRunner:
         except (ManifestError, OSError) as exc:
             self.echo(f"cleanup of old attempts skipped: {exc}")
             return
-        if report.deleted_units or report.bad_records:
+        if report.deleted_units or report.deleted_rollups or report.bad_records:
             self.echo(f"cleanup: {report.describe()}")
 
     def _tags(self) -> dict[str, str]:

@@ -36,6 +36,8 @@ DAILY_SELECTION = dg.AssetSelection.assets(
     ["warehouse", "pageviews"],
     ["warehouse", "pageviews_sample"],
     ["warehouse", "pageview_deadletters"],
+    ["warehouse", "pageviews_daily_by_site"],
+    ["warehouse", "pageviews_daily_by_page"],
     ["reports", "pageviews_completeness"],
 )
 MINIMUM_INTERVAL_SECONDS = 60
@@ -52,7 +54,8 @@ pageviews_daily_job = dg.define_asset_job(
     selection=DAILY_SELECTION,
     partitions_def=daily_partitions,
     description="Publish one UTC day into pageviews and pageviews_sample (copy jobs), load its "
-    "dead letters into pageview_deadletters, and report its completeness.",
+    "dead letters into pageview_deadletters and its rollups (computed in Spark) into "
+    "pageviews_daily_by_site and pageviews_daily_by_page, and report its completeness.",
 )
 
 
@@ -108,7 +111,10 @@ def run_requests(plan: AutomationPlan) -> list[dg.RunRequest]:
     "after the failure, then with doubling waits (at most "
     f"{MAX_RETRY_BACKOFF.total_seconds() / 3600:g} hours) while it keeps failing. With "
     "BQ_PLATFORM_LOOKBACK_DAYS set, only the days of that window are planned (older days: "
-    "backfill their partitions). Stopped by default: turn it on in Automation.",
+    "backfill their partitions). It never reclassifies: hours whose input is unchanged but "
+    "whose traffic classifier was upgraded are named in the skip reason and wait for "
+    "`bq-platform run --reclassify` (or run config reclassify: true). Stopped by default: turn "
+    "it on in Automation.",
 )
 def pageviews_automation_sensor(
     context: dg.SensorEvaluationContext,
@@ -135,6 +141,8 @@ def pageviews_automation_sensor(
         wh.close()
     if not plan.requests:
         return dg.SkipReason(plan.skip_reason())
+    for note in plan.held:
+        context.log.warning("not reclassified by the automation: %s", note)
     for request in plan.requests:
         context.log.info(
             "%s %s: %s (%s)", request.kind, request.day, request.reason, request.run_key

@@ -153,8 +153,15 @@ class PipelineSettings(dg.ConfigurableResource):
         lookback_days: plan the UTC days from this many days before today on; 0: every landed
             day. Set it in production, where the landing zone holds years.
         max_pages_per_visitor_hour: a visitor with more pages than this in one UTC hour is
-            ``suspected_bot`` (:mod:`bq_platform.lib.traffic.thresholds`); part of every hour's
-            fingerprint, so changing it rebuilds the hours.
+            ``suspected_bot`` (:mod:`bq_platform.lib.traffic.thresholds`); None: the page-rate
+            heuristic is off.
+        bot_robots_txt: a visitor that fetched ``/robots.txt`` in the hour is
+            ``suspected_bot``.
+        bot_empty_user_agent: a line whose format has a user-agent field, empty or ``-``, is
+            ``suspected_bot``.
+
+    The three are part of every hour's fingerprint (the classifier's version): changing one
+    makes the hours due again.
     """
 
     visitor_key: str
@@ -163,14 +170,20 @@ class PipelineSettings(dg.ConfigurableResource):
     reports_url: str = ""
     lines_per_pass: int = DEFAULT_LINES_PER_PASS
     lookback_days: int = 0
-    max_pages_per_visitor_hour: int = DEFAULT_MAX_PAGES_PER_VISITOR_HOUR
+    max_pages_per_visitor_hour: int | None = DEFAULT_MAX_PAGES_PER_VISITOR_HOUR
+    bot_robots_txt: bool = True
+    bot_empty_user_agent: bool = True
 
     def budget(self) -> JobBudget:
         return JobBudget(per_table_per_day=self.job_budget_per_table_per_day)
 
     def traffic_thresholds(self) -> ClassificationThresholds:
         """The traffic classification's configuration (ValueError if a value is invalid)."""
-        return ClassificationThresholds(max_pages_per_visitor_hour=self.max_pages_per_visitor_hour)
+        return ClassificationThresholds(
+            max_pages_per_visitor_hour=self.max_pages_per_visitor_hour,
+            robots_txt_marks_visitor=self.bot_robots_txt,
+            empty_user_agent_marks_line=self.bot_empty_user_agent,
+        )
 
 
 def build_resources(env: str) -> dict[str, Any]:

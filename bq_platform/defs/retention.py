@@ -1,4 +1,5 @@
-"""Cleanup of superseded build attempts in a Dagster deployment: a job and its daily schedule.
+"""Cleanup of superseded build attempts and rollup folders in a Dagster deployment: a job and
+its daily schedule.
 
 ``bq-platform run`` cleans after each run; runs the sensor, a backfill or the UI launch do not,
 so this job does it for them (:func:`bq_platform.lib.hourly_build.retention.clean_staging`). Stopped
@@ -26,8 +27,9 @@ class CleanupConfig(dg.Config):
     description="Delete the staging Parquet and dead letters of build attempts that no hour "
     f"manifest names any more, {RETENTION} after they were superseded (the files a manifest "
     "names are never touched): the units the builds recorded, and once every "
-    f"{FULL_PASS_EVERY} a full pass over every attempt folder. Metadata: what was deleted and "
-    "what waits.",
+    f"{FULL_PASS_EVERY} a full pass over every attempt folder; and the daily rollups' content "
+    f"folders that a newer content of the same table and day replaced {RETENTION} ago (the "
+    "newest is never touched). Metadata: what was deleted and what waits.",
 )
 def clean_superseded_attempts(
     context: dg.OpExecutionContext, config: CleanupConfig, object_store: ObjectStoreResource
@@ -46,14 +48,17 @@ def clean_superseded_attempts(
             "records_done": dg.MetadataValue.int(report.records),
             "unreadable_records": dg.MetadataValue.json(report.bad_records[:100]),
             "full_pass": dg.MetadataValue.bool(report.full_pass),
+            "deleted_rollup_folders": dg.MetadataValue.json(report.deleted_rollups[:100]),
+            "waiting_rollup_folders": dg.MetadataValue.int(report.rollups_waiting),
         },
     )
 
 
 @dg.job(
     name="staging_cleanup_job",
-    description="Delete superseded build attempts from the staging and dead-letter areas "
-    "(lib/hourly_build/retention.py); what bq-platform run does after each run.",
+    description="Delete superseded build attempts from the staging and dead-letter areas, and "
+    "superseded rollup folders (lib/hourly_build/retention.py, lib/daily_build/retention.py); "
+    "what bq-platform run does after each run.",
 )
 def staging_cleanup_job() -> None:
     clean_superseded_attempts()

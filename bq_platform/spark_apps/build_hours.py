@@ -52,10 +52,6 @@ from bq_platform.lib.hourly_build.application import (
 )
 from bq_platform.lib.hourly_build.read import DEFAULT_LINES_PER_PASS
 from bq_platform.lib.hourly_build.spark import spark_config
-from bq_platform.lib.traffic.thresholds import (
-    DEFAULT_MAX_PAGES_PER_VISITOR_HOUR,
-    ClassificationThresholds,
-)
 
 _LOG = logging.getLogger("bq_platform.spark_apps.build_hours")  # also when run as __main__
 
@@ -81,9 +77,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def resolve_job(
     first: str | None, last: str | None, attempt_id: str | None, pipes: Any = None
 ) -> BuildJob:
-    """The job the arguments ask for, with a Dagster run's lake, visitor key, first hour and
-    lines per pass. Without hours or attempt ID: the Pipes run's partition range and
-    ``<run ID>-<retry number>``, else :func:`default_attempt_id`.
+    """The job the arguments ask for, with a Dagster run's lake, visitor key, first hour,
+    lines per pass and traffic classification. Without hours or attempt ID: the Pipes run's
+    partition range and ``<run ID>-<retry number>``, else :func:`default_attempt_id`.
 
     Raises:
         ValueError: naming what is wrong (a missing or malformed hour or attempt ID, a bad
@@ -109,11 +105,7 @@ def resolve_job(
         visitor_key=key,
         window=HourWindow.until_now(settings.first_hour()),
         lines_per_pass=pipeline.get("lines_per_pass", DEFAULT_LINES_PER_PASS),
-        thresholds=ClassificationThresholds(
-            max_pages_per_visitor_hour=pipeline.get(
-                "max_pages_per_visitor_hour", DEFAULT_MAX_PAGES_PER_VISITOR_HOUR
-            )
-        ),
+        thresholds=settings.classification_thresholds(),
     )
 
 

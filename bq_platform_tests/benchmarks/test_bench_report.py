@@ -81,6 +81,7 @@ def test_the_generated_block_is_replaced_and_the_text_around_it_kept(tmp_path) -
         ],
         "steps": {"lake__pageview_files": 23.0},
         "ledger": [],
+        "classification": _cost_result(1)["classification"],
     }
     report = {
         "started": "s",
@@ -101,3 +102,76 @@ def test_the_generated_block_is_replaced_and_the_text_around_it_kept(tmp_path) -
     assert text.endswith(end + "\n\nafter\n")
     assert "old figures" not in text
     assert "| `run` / bare Spark, start-up included | <= 1.50 | 1.50 | yes |" in text
+    assert "### Cost of traffic classification" in text
+    assert "| 1x | 55.0 | 50.0 | 1.100x | yes |" in text
+
+
+def _cost_result(scale: int, trials: dict | None = None) -> dict:
+    build = {"seconds": 30.0, "pageviews": 800, "human_pageviews": 500, "bot_pageviews": 300}
+    return {
+        "scale": scale,
+        "classification": {
+            "with": {**build, "seconds": 31.5, "cpu_jvm_s": 50.0, "cpu_python_s": 5.0},
+            "without": {
+                **build,
+                "human_pageviews": 0,
+                "bot_pageviews": 0,
+                "cpu_jvm_s": 46.0,
+                "cpu_python_s": 4.0,
+                "load": [1.0, 5.5],
+            },
+            "trials": trials or {"with": [55.0], "without": [50.0]},
+            "user_agents": 1234,
+        },
+    }
+
+
+def test_the_classification_table_gives_the_build_s_cpu_with_and_without() -> None:
+    table = bench_report.classification_markdown([{"scale": 4}, _cost_result(1)])
+    assert table[1] == "### Cost of traffic classification"
+    rows = [x for x in table if x.startswith("| ")]
+    assert rows[-1] == (
+        "| 1x | 55.0 | 50.0 | 1.100x | yes | 31.5 / 30.0 | 1,234 | 300 of 800 (37.5%) |"
+    )
+    over = _cost_result(16)
+    over["classification"]["with"]["cpu_jvm_s"] = 60.0  # 65 / 50
+    assert bench_report.classification_markdown([over])[-1].split(" | ")[3:5] == ["1.300x", "NO"]
+    # a report without the measurement has no such table
+    assert bench_report.classification_markdown([{"scale": 1}]) == []
+
+
+def test_the_classification_s_trials_are_named_and_its_load_counts() -> None:
+    result = _cost_result(1, {"with": [55.0, 54.1, 57.2], "without": [50.0, 49.5, 51.0]})
+    text = "\n".join(bench_report.classification_markdown([result]))
+    assert "ran 3 times" in text
+    assert "CPU s with 55.0 / 54.1 / 57.2, without 50.0 / 49.5 / 51.0" in text
+    busy = {"machine": {"nproc": 2}, "results": [result]}
+    assert not bench_report._busy(busy)  # 1.0 before the build: quiet
+    result["classification"]["without"]["load"] = [4.5, 5.0]
+    assert bench_report._busy(busy)
+
+
+def test_only_the_classification_block_is_written_for_a_classification_only_run(tmp_path) -> None:
+    report = {
+        "started": "s",
+        "finished": "f",
+        "machine": {"nproc": 2},
+        "command": "benchmark.py --scales 1 --only-classification",
+        "scales": [1],
+        "master": "local[2]",
+        "note": "",
+        "results": [{**_cost_result(1), "lines": 2_000_000}],
+    }
+    main_begin = bench_report.BEGIN.format(block="main")
+    main = f"{main_begin}\nmain figures\n{bench_report.END.format(block='main')}"
+    path = tmp_path / "PERFORMANCE.md"
+    path.write_text(f"# Performance\n\n{main}\n")
+
+    bench_report.write_markdown(report, path, "classification")
+
+    text = path.read_text()
+    assert main in text
+    block = text.split(bench_report.BEGIN.format(block="classification"), 1)[1]
+    assert block.split("\n")[2].startswith("Run s to f (UTC), master `local[2]`, scales 1x")
+    assert "| 1x | 55.0 | 50.0 | 1.100x | yes |" in block
+    assert block.rstrip().endswith(bench_report.END.format(block="classification"))

@@ -53,6 +53,14 @@ def test_the_steps_come_once_from_the_result_when_no_poll_could_read():
     ]
 
 
+def test_a_step_line_shows_human_and_bot_pages_apart():
+    metadata = {"pageviews": 8100, "human_pageviews": 4727, "bot_pageviews": 3373}
+    assert step_line({STEP_TOTALS: {"hours": 2, **metadata}}) == (
+        "2 hours, 8,100 pageviews (human 4,727, bot 3,373)"
+    )
+    assert step_line({"pageviews": 8100}) == "8,100 pageviews"
+
+
 def test_a_step_line_shows_the_counts_it_has_in_a_fixed_order():
     assert step_line({"rejected": 2, "source_lines": 33996, "hours": 24, "other": 5}) == (
         "24 hours, 33,996 source lines, 2 rejected"

@@ -162,6 +162,39 @@ def test_the_summary_keeps_its_columns_for_long_site_names(tmp_path):
             assert row[column_end - len(value) : column_end] == value, (heading, row)
 
 
+def test_the_summary_shows_human_and_bot_pages_apart():
+    """Per site a human and a bot column (``-`` for a site whose audit rows predate them),
+    and per day the pageviews with human and bot apart."""
+    zero = {k: 0 for k in COUNT_FIELDS}
+    shop = {**zero, "source_lines": 90, "pageviews": 81, "non_page_hits": 9}
+    rows = {
+        D1: [
+            {"site": "zanbil.ir", **shop, "human_pageviews": 47, "bot_pageviews": 34},
+            {"site": "old.example", **shop, "human_pageviews": None, "bot_pageviews": None},
+        ]
+    }
+
+    lines = summary_table(rows, {})
+
+    header = lines[0]
+    by_site = {line.split()[1]: line for line in lines if line.startswith(str(D1))}
+    for site, human, bot in (("zanbil.ir", "47", "34"), ("old.example", "-", "-")):
+        for heading, value in (("human", human), ("bot", bot)):
+            end = header.index(f" {heading} ") + len(heading) + 1
+            assert by_site[site][end - len(value) : end] == value, (site, heading)
+    assert lines[4].split() == [
+        "pageviews",
+        "162",
+        "(human",
+        "47,",
+        "bot",
+        "34,",
+        "not",
+        "classified",
+        "81)",
+    ]
+
+
 def test_the_summary_leaves_out_sites_with_no_lines_that_day():
     """Each site has an audit row for every hour; a site that landed nothing that day (and is
     balanced) is left out, and a day with no site left says so."""

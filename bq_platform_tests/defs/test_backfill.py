@@ -55,6 +55,8 @@ def test_hourly_assets_backfill_24_hours_per_run_and_daily_assets_one_day_per_ru
         "warehouse/pageviews": None,
         "warehouse/pageviews_sample": None,
         "warehouse/pageview_deadletters": None,
+        "warehouse/pageviews_daily_by_site": None,
+        "warehouse/pageviews_daily_by_page": None,
         "reports/pageviews_completeness": None,
     }
 
@@ -118,7 +120,8 @@ def test_two_day_backfill_runs_one_spark_session_per_day_and_reports_every_hour(
         }
         assert ("day_equals_sum_of_hours", day, True) in checks
         assert ("all_hours_complete", day, True) in checks
-    assert len(CountingSparkResource.setups) == 2  # publishing starts no Spark session
+    # Each daily run sets Spark up too, for the rollups (its session starts at first use).
+    assert len(CountingSparkResource.setups) == 4
     rows = pipeline.query("SELECT event_date, count(*) AS n FROM pageviews GROUP BY 1 ORDER BY 1")
     assert [(r["event_date"], r["n"]) for r in rows] == [(DAYS[0], 12), (DAYS[1], 12)]
 

@@ -16,15 +16,25 @@ gcp-storage-emulator through ``GCSObjectStore``; then, through the production
    check), row for row; every landed line is accounted for;
 5. the day's dead letters: one WRITE_TRUNCATE load of the 24 hours' dead-letter files into
    ``pageview_deadletters$19950801``; a re-run submits nothing;
-6. issue 9, from the recorded HTTP calls of the first run and the re-run: at most one
+6. from the recorded HTTP calls of the first run and the re-run: at most one
    table-metadata request (``tables.get``/``insert``/``patch`` of a whole table) per table
    per run, and no query job that reads (the checks and the ledger read rows with the free
-   ``tabledata.list``).
+   ``tabledata.list``);
+7. the daily rollups: built by Spark from the files of the hours ``pageviews$19950801`` was
+   published from (``published_day_inputs`` through the production adapters), one
+   WRITE_TRUNCATE load per table into ``pageviews_daily_by_site$19950801`` and
+   ``pageviews_daily_by_page$19950801`` (bqemulator cannot load into a decorator:
+   GAP-DECORATOR, answered by the shim), no query job to build them; their checks
+   (``compare_rollup``, one query job per table, run by the emulator itself) pass, the rollups
+   equal the test's own count from the Parquet files, a tampered row is caught, and a re-run
+   submits nothing.
 
-GAP-HIVE work-around as in ``test_emulator_hourly_path.py`` (keys without ``key=value``).
+GAP-HIVE work-around as in ``test_emulator_hourly_path.py`` (keys without ``key=value``), for
+the rollups' files too (``staging/rollups/<table>/day=<D>/...``).
 """
 
 import collections
+import dataclasses
 import datetime as dt
 import gzip
 import re
@@ -32,11 +42,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow.parquet as pq
 import pytest
 
+from bq_platform.defs.warehouse.rollups import COUNTED, ROLLUP_CHECK, VISITORS_CHECK, rollup_check
 from bq_platform.lib.core.accounting import audit_records
 from bq_platform.lib.core.hours import day_hours
 from bq_platform.lib.core.manifest import HourManifest, read_hour_manifest
+from bq_platform.lib.daily_build.build import build_rollups
+from bq_platform.lib.daily_build.rollup_files import RollupFiles, rollup_inputs
+from bq_platform.lib.daily_build.rollups import ROLLUP_VERSION
 from bq_platform.lib.hourly_build.build import build_hours
 from bq_platform.lib.landing.producer.land import land_file
 from bq_platform.lib.publish.deadletter_table import load_day_deadletters
@@ -47,13 +62,24 @@ from bq_platform.lib.publish.protocol import (
     load_stage_hours,
     publish_days,
 )
+from bq_platform.lib.publish.rollups import publish_rollups, published_day_inputs
 from bq_platform.lib.storage.gcs import GCSObjectStore
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
-from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, stage_spec
+from bq_platform.lib.warehouse.schema import (
+    DAILY_BY_PAGE_TABLE,
+    DAILY_BY_SITE_TABLE,
+    DEADLETTERS_TABLE,
+    ROLLUP_TABLES,
+    stage_spec,
+)
 from bq_platform_tests import emulators, http_recording
 from bq_platform_tests.bigquery_shim import BigQueryShim
-from bq_platform_tests.integration.test_emulator_hourly_path import _utc_hour, upload_hour
+from bq_platform_tests.integration.test_emulator_hourly_path import (
+    _utc_hour,
+    emulator_key,
+    upload_hour,
+)
 
 pytestmark = [pytest.mark.emulator, pytest.mark.spark]
 
@@ -106,11 +132,13 @@ def built_day(
 
 
 def test_whole_day_on_the_emulators(
+    spark: Any,
     built_day: tuple[LocalObjectStore, dict[dt.datetime, int], dict[dt.datetime, HourManifest]],
     bq_emulator: emulators.BigQueryEmulator,
     gcs_emulator: emulators.GCSEmulator,
 ) -> None:
     local, lines, manifests = built_day
+    built_manifests = dict(manifests)
     hours = day_hours(DAY)
     assert sorted(manifests) == hours
     bucket = emulators.unique_name("day").replace("_", "-")
@@ -223,7 +251,115 @@ def test_whole_day_on_the_emulators(
     assert len(_table_metadata_requests(first_run_calls)) == 2 * 24 + 5  # + ledger, audit...
     listed = [unquote(c.path) for c in rerun_session.calls if c.path.endswith("/data")]
     assert len(listed) == 3  # the ledger once, the audit partition once per gate
+
+    # 7. The rollups of the published day: Spark, then one load per table, then the checks.
+    warehouse, session = run()
+    inputs = published_day_inputs(warehouse, gcs, DAY, None)
+    assert inputs.hours == [f"1995-08-01T{h:02d}" for h in range(24)]
+    # Spark reads the local files (no GCS connector offline); same hours, same content.
+    local_inputs = rollup_inputs(DAY, built_manifests, ROLLUP_VERSION)
+    assert local_inputs.fingerprint == inputs.fingerprint
+    built = build_rollups(spark, local, local_inputs)
+    rollups = [upload_rollup(local, gcs, built[table]) for table in ROLLUP_TABLES]
+    loads_before = shim.answered["load"]
+    results = publish_rollups(
+        warehouse, gcs, rollups, asset="rollups", run_id="r1", require_partition_filter=False
+    )
+    loads = [b["configuration"]["load"] for b in session.job_inserts()]
+    assert [load["destinationTable"]["tableId"] for load in loads] == [
+        f"{table}$19950801" for table in ROLLUP_TABLES
+    ]
+    assert all(load["writeDisposition"] == "WRITE_TRUNCATE" for load in loads)
+    assert [load["sourceUris"] for load in loads] == [
+        [gcs.uri(key) for key in files.files] for files in rollups
+    ]
+    # building them reads nothing with a query (the ledger's INSERT is the publish record)
+    assert [q for q in _query_statements(session.calls) if q in ("SELECT", "WITH")] == []
+    assert shim.answered["load"] - loads_before == 2  # GAP-DECORATOR: the shim ran them
+    for result in results:
+        assert result.outcome.action == "submitted"
+        assert result.partition_rows == result.outcome.rows == result.files.rows > 0
+    rows = {table: _rollup_rows(shim, f"{dataset}.{table}") for table in ROLLUP_TABLES}
+    assert rows == _expected_rollups(local, local_inputs.files)
+    step_7 = len(session.calls)
+    for table in ROLLUP_TABLES:
+        found = warehouse.compare_rollup(table, DAY, "human")
+        assert found.keys_compared == len(rows[table]) and found.examples == ()
+        destination = f"{table}$19950801"
+        checks = [
+            rollup_check(found, ROLLUP_CHECK, COUNTED[table], destination),
+            rollup_check(found, VISITORS_CHECK, ("human_visitors",), destination),
+        ]
+        assert all(check.passed for check in checks), [c.description for c in checks]
+    assert _query_statements(session.calls[step_7:]) == ["WITH", "WITH"]  # one per table
+
+    # A tampered row fails its check, naming the page and both numbers.
+    (site, page), visitors = next(iter(rows[DAILY_BY_PAGE_TABLE].items()))
+    shim.backend.query(
+        f"UPDATE `{shim.project}.{dataset}.{DAILY_BY_PAGE_TABLE}` SET human_visitors = "
+        f"human_visitors + 5 WHERE site = '{site}' AND page_path = '{page}'"
+    ).result()
+    tampered = warehouse.compare_rollup(DAILY_BY_PAGE_TABLE, DAY, "human")
+    assert tampered.differences == {"human_pageviews": 0, "human_visitors": 1}
+    check = rollup_check(tampered, VISITORS_CHECK, ("human_visitors",), "by_page$19950801")
+    assert not check.passed
+    assert f"human_visitors {visitors[1] + 5} in the rollup, {visitors[1]} published" in (
+        check.description
+    )
+
+    # A re-run of the same content submits nothing.
+    rerun, rerun_session = run()
+    again = publish_rollups(
+        rerun, gcs, rollups, asset="rollups", run_id="r2", require_partition_filter=False
+    )
+    assert [r.outcome.action for r in again] == ["skipped", "skipped"]
+    assert rerun_session.job_inserts() == []
     shim.close()
+
+
+def upload_rollup(local: LocalObjectStore, gcs: GCSObjectStore, files: RollupFiles) -> RollupFiles:
+    """Upload a rollup's files (GAP-HIVE: under :func:`emulator_key`) and its manifest (at its
+    real key, naming the uploaded keys); return the manifest as uploaded."""
+    for key in files.files:
+        gcs.write_bytes(emulator_key(key), local.read_bytes(key))
+    uploaded = dataclasses.replace(files, files=tuple(emulator_key(k) for k in files.files))
+    gcs.write_text(uploaded.key, uploaded.to_json())
+    return uploaded
+
+
+def _expected_rollups(store: LocalObjectStore, keys: tuple[str, ...]) -> dict[str, dict]:
+    """Both rollups of the pageview Parquet files ``keys``, counted here in plain Python:
+    by site ``site -> (human, bot, human visitors)``, by page ``(site, page) -> (human, human
+    visitors)``."""
+    sites: dict[str, list] = collections.defaultdict(lambda: [0, 0, set()])
+    pages: dict[tuple[str, str], list] = collections.defaultdict(lambda: [0, set()])
+    for key in keys:
+        for row in pq.read_table(store.uri(key)).to_pylist():
+            site = sites[row["site"]]
+            if row["traffic_class"] == "human":
+                site[0] += 1
+                site[2].add(row["visitor_id"])
+                page = pages[(row["site"], row["page_path"])]
+                page[0] += 1
+                page[1].add(row["visitor_id"])
+            else:
+                site[1] += 1
+    return {
+        DAILY_BY_SITE_TABLE: {k: (h, b, len(v)) for k, (h, b, v) in sites.items()},
+        DAILY_BY_PAGE_TABLE: {k: (h, len(v)) for k, (h, v) in pages.items()},
+    }
+
+
+def _rollup_rows(shim: BigQueryShim, table: str) -> dict:
+    """A rollup table's rows as :func:`_expected_rollups` gives them (straight to the
+    emulator); every row of DAY."""
+    rows = list(shim.backend.query(f"SELECT * FROM `{shim.project}.{table}`").result())
+    assert {r["event_date"] for r in rows} == {DAY}
+    if table.endswith(DAILY_BY_SITE_TABLE):
+        return {
+            r["site"]: (r["human_pageviews"], r["bot_pageviews"], r["human_visitors"]) for r in rows
+        }
+    return {(r["site"], r["page_path"]): (r["human_pageviews"], r["human_visitors"]) for r in rows}
 
 
 _TABLE = re.compile(r"/datasets/[^/]+/tables/([^/$]+)$")

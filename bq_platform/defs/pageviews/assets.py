@@ -16,8 +16,17 @@ from bq_platform.lib.core import commands, layout
 from bq_platform.lib.core.hours import hour_label
 from bq_platform.lib.core.manifest import HourManifest, stage_bytes
 from bq_platform.lib.core.pseudonymize import SAMPLE_MODULUS
-from bq_platform.lib.core.reporting import COUNT_FIELDS, counts_markdown, totals
+from bq_platform.lib.core.reporting import (
+    COUNT_FIELDS,
+    bot_reason_totals,
+    bot_reasons_markdown,
+    bot_share,
+    counts_markdown,
+    top_bot_reasons,
+    totals,
+)
 from bq_platform.lib.landing.provenance import landed_sources
+from bq_platform.lib.planning import reclassifications, reclassify_refusal
 from bq_platform.lib.publish.protocol import KINDS
 from bq_platform.lib.quality import rejected_share as quality
 from bq_platform.lib.storage.base import ObjectStore
@@ -31,6 +40,15 @@ HOURLY_RETRY = dg.RetryPolicy(
 )
 # A day's hours in one run, so one Spark session reads them in one pass instead of 24 runs.
 HOURLY_BACKFILL = dg.BackfillPolicy.multi_run(max_partitions_per_run=24)
+
+
+class PageviewFilesConfig(dg.Config):
+    """Run config of ``lake/pageview_files``."""
+
+    reclassify: bool = False
+    """Build hours whose landed input is unchanged but whose manifest names another traffic
+    classifier than the installed one (:func:`bq_platform.lib.planning.reclassifications`);
+    without it such a run fails, naming them, before anything is built."""
 
 
 @dg.asset(
@@ -73,6 +91,7 @@ HOURLY_BACKFILL = dg.BackfillPolicy.multi_run(max_partitions_per_run=24)
 @fail_fast
 def pageview_files(
     context: dg.AssetExecutionContext,
+    config: PageviewFilesConfig,
     spark: HourlyBuildResource,
     object_store: ObjectStoreResource,
     settings: PipelineSettings,
@@ -81,7 +100,9 @@ def pageview_files(
     per UTC hour, named by the hour's manifest (staging/pageviews/hour=<H>/_MANIFEST.json).
     Every line is accounted for: pages stored, other hits counted, bad lines kept as dead
     letters with a reason code. visitor_id is an HMAC of the client address; the 1-in-200
-    visitor sample is written in the same pass."""
+    visitor sample is written in the same pass. Hours whose input is unchanged but whose
+    traffic classifier is not the installed one are built only with run config
+    ``reclassify: true``."""
     hours = partition_hours(context)
     attempt_id = f"{context.run_id}-{context.retry_number}"
     context.log.info(
@@ -92,6 +113,10 @@ def pageview_files(
         attempt_id,
     )
     store = object_store.get_store()
+    if not config.reclassify:
+        held = reclassifications(store, hours, settings.traffic_thresholds())
+        if held:
+            raise dg.Failure(description=reclassify_refusal(held), allow_retries=False)
     started = time.monotonic()
     manifests = spark.build(
         context, store, hours, attempt_id=attempt_id, pipeline_settings=settings
@@ -102,12 +127,20 @@ def pageview_files(
         context.log.error("accounting does not balance:\n%s", "\n".join(problems[:50]))
     by_hour = {hour_label(m.hour): _hour_metadata(store, m, attempt_id) for m in manifests}
     summed = ("rows", "files", "bytes", "dead_letter_files", "dead_letter_lines", *COUNT_FIELDS)
+    step = {key: sum(h[key] for h in by_hour.values()) for key in summed}
     result = partition_results(
         context,
         by_hour,
         {
             "hours": len(hours),
-            **{key: sum(h[key] for h in by_hour.values()) for key in summed},
+            **step,
+            "bot_share": round(bot_share(step["human_pageviews"], step["bot_pageviews"]), 4),
+            "top_bot_reasons": [  # a list: JSON metadata does not keep a mapping's order
+                {"bot_reason": reason, "pages": pages}
+                for reason, pages in top_bot_reasons(
+                    bot_reason_totals(c for m in manifests for c in m.counts)
+                ).items()
+            ],
             "duration_seconds": round(seconds, 2),
             "attempt_id": attempt_id,
         },
@@ -121,7 +154,9 @@ def pageview_files(
 
 
 def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) -> dict[str, Any]:
-    """One hour's materialization metadata: its files, rows, counts and per-site table."""
+    """One hour's materialization metadata: its files, rows, counts (the pages by traffic
+    class among them), ``bot_share`` (bot pages / pages, 0..1), ``top_bot_reasons`` (a
+    Markdown table of the bot reasons with the most pages) and the per-site table."""
     files = [*manifest.full_files, *manifest.sample_files]
     total = totals(manifest.counts)
     return {
@@ -132,6 +167,12 @@ def _hour_metadata(store: ObjectStore, manifest: HourManifest, attempt_id: str) 
         "dead_letter_files": len(manifest.deadletter_files),
         "dead_letter_lines": total["rejected"] + total["out_of_window"],
         **total,
+        "bot_share": dg.MetadataValue.float(
+            round(bot_share(total["human_pageviews"], total["bot_pageviews"]), 4)
+        ),
+        "top_bot_reasons": dg.MetadataValue.md(
+            bot_reasons_markdown(bot_reason_totals(manifest.counts))
+        ),
         "attempt_id": attempt_id,
         "per_site_hour": dg.MetadataValue.md(counts_markdown(manifest.counts)),
     }

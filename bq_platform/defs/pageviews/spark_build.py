@@ -1,4 +1,5 @@
-"""Where the hourly build runs: the ``spark`` resource of the ``pageview_files`` asset.
+"""Where the hourly build and the daily rollups run: the ``spark`` resource of the
+``pageview_files`` asset and of the rollup assets (``build_rollups``).
 
 ``BQ_PLATFORM_BUILD`` chooses it (:func:`hourly_build`):
 
@@ -33,12 +34,17 @@ from bq_platform.lib.core import layout
 from bq_platform.lib.core.hours import hour_label
 from bq_platform.lib.core.manifest import HourManifest, LandingError, read_hour_manifests
 from bq_platform.lib.core.partition_window import HourWindow
+from bq_platform.lib.daily_build import build as daily_build
+from bq_platform.lib.daily_build.rollup_files import RollupFiles, RollupInputs, read_rollup_files
 from bq_platform.lib.hourly_build.application import BuildJob, read_error, run_job
 from bq_platform.lib.hourly_build.spark import prepare_driver_env
 from bq_platform.lib.storage.base import ObjectStore
+from bq_platform.lib.warehouse.schema import ROLLUP_TABLES
 
 #: The application's main file in this installation (``spark_apps/build_hours.py``).
 BUILD_APP = Path(str(importlib.util.find_spec("bq_platform.spark_apps.build_hours").origin))
+#: The daily rollups' main file in this installation (``spark_apps/build_rollups.py``).
+ROLLUPS_APP = Path(str(importlib.util.find_spec("bq_platform.spark_apps.build_rollups").origin))
 
 
 class HourlyBuildResource(dg.ConfigurableResource, abc.ABC):
@@ -63,6 +69,22 @@ class HourlyBuildResource(dg.ConfigurableResource, abc.ABC):
                 the run's (not retried).
             DagsterPipesExecutionError: out of process, the application failed.
             RuntimeError: out of process, an hour manifest is missing or names another attempt.
+        """
+
+    @abc.abstractmethod
+    def build_rollups(
+        self, context: dg.AssetExecutionContext, store: ObjectStore, inputs: RollupInputs
+    ) -> dict[str, RollupFiles]:
+        """Build the daily rollups of ``inputs``
+        (:func:`bq_platform.lib.daily_build.build.build_rollups`); each rollup table's
+        manifest, built now or found.
+
+        Raises:
+            ManifestError: a rollup manifest of this content is unreadable.
+            dagster.Failure: out of process, the application would use another lake than the
+                run's (not retried).
+            DagsterPipesExecutionError: out of process, the application failed.
+            RuntimeError: out of process, a rollup manifest is missing afterwards.
         """
 
 
@@ -110,11 +132,45 @@ class SparkSubmitBuild(HourlyBuildResource):
     def command(self, hours: list[dt.datetime], attempt_id: str) -> list[str]:
         """The command line for ``hours``. Raises FileNotFoundError without ``spark-submit``,
         ValueError unless ``hours`` are consecutive."""
+        return [*self._submit(), str(BUILD_APP), *_hours_arguments(hours, attempt_id)]
+
+    def rollups_command(self, inputs: RollupInputs) -> list[str]:
+        """The command line of the rollups of ``inputs``. Raises FileNotFoundError without
+        ``spark-submit``."""
+        return [
+            *self._submit(),
+            str(ROLLUPS_APP),
+            inputs.day.isoformat(),
+            "--hours",
+            ",".join(inputs.hours),
+            "--fingerprint",
+            inputs.fingerprint,
+        ]
+
+    def _submit(self) -> list[str]:
+        """``spark-submit --master <master> --conf k=v ...``."""
         program = self.spark_submit or installed_spark_submit()
         config = dict(self.spark_config)
         args = [program, "--master", config.pop("spark.master", "local[*]")]
-        args += [arg for key, value in config.items() for arg in ("--conf", f"{key}={value}")]
-        return [*args, str(BUILD_APP), *_hours_arguments(hours, attempt_id)]
+        return args + [arg for key, value in config.items() for arg in ("--conf", f"{key}={value}")]
+
+    def build_rollups(self, context, store, inputs) -> dict[str, RollupFiles]:
+        """The rollups application through Dagster Pipes, then the manifests it wrote."""
+        command = self.rollups_command(inputs)
+        _check_same_lake(store)
+        prepare_driver_env(str(self.spark_config.get("spark.master", "local[*]")))
+        context.log.info("launching the rollups of %s: %s", inputs.day, " ".join(command[:3]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            dg.PipesSubprocessClient().run(command=command, context=context)
+        found = read_rollup_files(store, inputs, ROLLUP_TABLES)
+        missing = [table for table, files in found.items() if files is None]
+        if missing:
+            raise RuntimeError(
+                f"the rollups application of {inputs.day} succeeded, but {', '.join(missing)} "
+                f"have no manifest for content {inputs.fingerprint[:12]}; run the day again"
+            )
+        return {table: files for table, files in found.items() if files is not None}
 
     def build(self, context, store, hours, *, attempt_id, pipeline_settings) -> list[HourManifest]:
         """A landing fault in the application is raised as the LandingError it was, read from
@@ -126,7 +182,7 @@ class SparkSubmitBuild(HourlyBuildResource):
         env = settings.application_environment(
             visitor_key=pipeline_settings.visitor_key,
             lines_per_pass=pipeline_settings.lines_per_pass,
-            max_pages_per_visitor_hour=pipeline_settings.max_pages_per_visitor_hour,
+            thresholds=pipeline_settings.traffic_thresholds(),
         )
         # the application's driver inherits it: a local one binds to loopback
         prepare_driver_env(str(self.spark_config.get("spark.master", "local[*]")))
@@ -197,6 +253,10 @@ class SparkResource(LazyPySparkResource, HourlyBuildResource):
             thresholds=pipeline_settings.traffic_thresholds(),
         )
         return run_job(job, context.log, session=lambda: self.spark_session)
+
+    def build_rollups(self, context, store, inputs) -> dict[str, RollupFiles]:
+        """In the run's process; the session starts only if a rollup is not built yet."""
+        return daily_build.build_rollups(lambda: self.spark_session, store, inputs, log=context.log)
 
     def prepare_environment(self) -> None:
         """:func:`~bq_platform.lib.hourly_build.spark.prepare_driver_env` of the configured

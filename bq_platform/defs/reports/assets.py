@@ -15,6 +15,7 @@ from bq_platform.defs.warehouse.assets import pageviews_audit
 from bq_platform.lib.core import commands
 from bq_platform.lib.core.hours import day_hours, hour_label
 from bq_platform.lib.core.manifest import read_hour_manifests
+from bq_platform.lib.core.reporting import bot_share, traffic_sums
 from bq_platform.lib.quality.completeness import (
     hour_status,
     markdown_report,
@@ -61,10 +62,11 @@ def pageviews_completeness(
     warehouse: WarehouseResource,
     settings: PipelineSettings,
 ):  # no return annotation (Dagster types outputs from it); returns Iterator[CheckedEvent]
-    """Per UTC day: source lines, pageviews and rejected lines per site and hour, as a table
-    and a PNG heat map of sites x hours, so a gap (an hour without data, not built, or
-    unbalanced) is seen at a glance. The picture is shown when BQ_PLATFORM_REPORTS_URL says
-    where a browser reads it. Read from the audit table and the hour manifests."""
+    """Per UTC day: source lines, pageviews (human and bot apart) and rejected lines per site
+    and hour, as a table and a PNG heat map of sites x hours, so a gap (an hour without data,
+    not built, or unbalanced) is seen at a glance. The picture is shown when
+    BQ_PLATFORM_REPORTS_URL says where a browser reads it. Read from the audit table and the
+    hour manifests."""
     store, wh = object_store.get_store(), warehouse.get_warehouse()
 
     def one_day(day: dt.date) -> DayReport:
@@ -89,6 +91,7 @@ def pageviews_completeness(
             f"{h}: accounting does not balance for {', '.join(unbalanced_sites(rows, h))}"
             for h in status.unbalanced
         ]
+        human, bot, _ = traffic_sums(rows)
         metadata = {
             "report": dg.MetadataValue.md(text),
             "picture": dg.MetadataValue.path(store.uri(key)),
@@ -98,6 +101,9 @@ def pageviews_completeness(
             "sites": len({r["site"] for r in rows}),
             "source_lines": sum(r["source_lines"] for r in rows),
             "pageviews": sum(r["pageviews"] for r in rows),
+            "human_pageviews": human,
+            "bot_pageviews": bot,
+            "bot_share": dg.MetadataValue.float(round(bot_share(human, bot), 4)),
             "rejected": sum(r["rejected"] for r in rows),
             "duration_seconds": round(time.monotonic() - started, 2),
         }

@@ -28,7 +28,9 @@ MAX_SAMPLE_CHARS = 1000
 class SiteHourCounts:
     """Line counts (>= 0) of one site in one UTC hour. ``rejected_reasons`` (reason -> lines,
     summing to ``rejected``) and ``rejected_samples`` (raw lines of at most
-    :data:`MAX_SAMPLE_CHARS`) feed the rejected-share check; absent from a document, empty."""
+    :data:`MAX_SAMPLE_CHARS`) feed the rejected-share check; ``bot_reasons`` (``bot_reason`` ->
+    pages, summing to ``bot_pageviews``) says why the pages are not human. Each is empty when
+    absent from a document."""
 
     site: str
     hour: dt.datetime
@@ -47,6 +49,7 @@ class SiteHourCounts:
     bot_pageviews: int = 0
     rejected_reasons: Mapping[str, int] = dataclasses.field(default_factory=dict)
     rejected_samples: tuple[str, ...] = ()
+    bot_reasons: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def accounted(self) -> int:
@@ -72,6 +75,7 @@ class SiteHourCounts:
         data["hour"] = self.hour.isoformat()
         data["rejected_reasons"] = dict(self.rejected_reasons)
         data["rejected_samples"] = list(self.rejected_samples)
+        data["bot_reasons"] = dict(self.bot_reasons)
         return data
 
     @classmethod
@@ -83,6 +87,9 @@ class SiteHourCounts:
             str(k): int(v) for k, v in dict(values.get("rejected_reasons") or {}).items()
         }
         values["rejected_samples"] = tuple(str(x) for x in values.get("rejected_samples") or ())
+        values["bot_reasons"] = {
+            str(k): int(v) for k, v in dict(values.get("bot_reasons") or {}).items()
+        }
         return cls(**values)
 
 

@@ -17,6 +17,16 @@ FOLDER = "<folder>"
 UNKNOWN_SOURCE = "<its log file>"
 #: :func:`land` for a message about several sites and files.
 LAND_TEMPLATE = f"{CLI} land --site <site> <file>"
+#: The ``run`` flag that rebuilds hours whose landed input is unchanged but whose traffic
+#: classifier is not the installed one (a restatement of their classification).
+RECLASSIFY_FLAG = "--reclassify"
+#: ``bq-platform run --reclassify``.
+RUN_RECLASSIFY = f"{CLI} run {RECLASSIFY_FLAG}"
+#: The hourly build asset's run config that allows the same (Dagster UI, launchpad).
+RECLASSIFY_RUN_CONFIG = "ops: lake__pageview_files: config: reclassify: true"
+#: The command that shows, before any restatement, what the installed classifier would change
+#: in the published sample.
+RECLASSIFY_PREVIEW = f"{CLI} reclassify-preview"
 
 
 def land(site: str, source: str = "") -> str:
@@ -45,3 +55,14 @@ def deadletters(first: dt.datetime, last: dt.datetime | None = None) -> str:
     """``bq-platform deadletters --start <first> --end <last>``: the dead letters (rejected and
     out-of-window lines, with reasons and samples) of these UTC hours."""
     return f"{CLI} deadletters --start {hour_label(first)} --end {hour_label(last or first)}"
+
+
+def reclassify_preview(first: dt.date | None = None, last: dt.date | None = None) -> str:
+    """``bq-platform reclassify-preview [--from <first>] [--to <last>]``: per UTC day and site,
+    the published sample rows the installed classifier would move between human and bot."""
+    args = [RECLASSIFY_PREVIEW]
+    if first is not None:
+        args += ["--from", first.isoformat()]
+    if last is not None:
+        args += ["--to", last.isoformat()]
+    return " ".join(args)

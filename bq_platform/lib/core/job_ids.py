@@ -63,6 +63,13 @@ def day_fingerprint(hour_fingerprints: Mapping[str, str]) -> str:
     return sha256_json(sorted(hour_fingerprints.items()))
 
 
+def rollup_fingerprint(day_fp: str, rollup_version: str) -> str:
+    """Fingerprint of a day's rollups: the day's fingerprint (:func:`day_fingerprint`, which
+    covers its hours' fingerprints, hence the traffic classifier) and the rollups' version
+    (``bq_platform.lib.daily_build.rollups.ROLLUP_VERSION``)."""
+    return sha256_json({"day": day_fp, "rollup": rollup_version})
+
+
 def hour_partition(hour: dt.datetime) -> str:
     """``YYYYMMDDHH`` of a UTC hour (:func:`bq_platform.lib.core.hours.hour_id`)."""
     return hour_id(hour)

@@ -8,6 +8,9 @@ staging/pageviews/attempt=<attempt_id>/sample/hour=<YYYY-MM-DDTHH>/part-*.parque
 deadletter/pageviews/attempt=<attempt_id>/hour=<YYYY-MM-DDTHH>/part-*.parquet     rejected lines
 staging/pageviews/hour=<YYYY-MM-DDTHH>/_MANIFEST.json     names the files that count
 staging/pageviews/_ATTEMPTS_UNNAMED.json     the full cleanup pass: sightings, settled attempts
+staging/rollups/<table>/day=<YYYY-MM-DD>/<fingerprint[:20]>/part-*.parquet   a day's rollup
+staging/rollups/<table>/day=<YYYY-MM-DD>/<fingerprint[:20]>/_ROLLUP.json     written last
+staging/rollups/_UNFINISHED.json     the rollup cleanup: first sightings of unfinished folders
 """
 
 import datetime as dt
@@ -21,6 +24,8 @@ LANDING_PREFIX = "landing/pageviews"
 REGISTRY_PREFIX = "landing/_registry"
 STAGING_PREFIX = "staging/pageviews"
 DEADLETTER_PREFIX = "deadletter/pageviews"
+ROLLUPS_PREFIX = "staging/rollups"
+ROLLUP_MANIFEST_NAME = "_ROLLUP.json"
 
 LANDED_DATA_SUFFIX = ".log.gz"
 LANDED_MANIFEST_SUFFIX = ".manifest.json"
@@ -165,12 +170,35 @@ def hour_manifest_key(hour: dt.datetime) -> str:
     return f"{STAGING_PREFIX}/hour={hour_label(hour)}/{HOUR_MANIFEST_NAME}"
 
 
+def rollup_prefix(table: str, day: dt.date, fingerprint: str) -> str:
+    """Folder of one day's rollup ``table`` for one content (``fingerprint``, hex; its first
+    20 digits name the folder): the same content always lands in the same folder.
+
+    Raises:
+        ValueError: if ``table`` is not ``[a-z0-9_]+`` or ``fingerprint`` is not 20+ hex digits.
+    """
+    if not re.fullmatch(r"[a-z0-9_]+", table):
+        raise ValueError(f"rollup table must be [a-z0-9_]+, got {table!r}")
+    if not re.fullmatch(r"[0-9a-f]{20,}", fingerprint):
+        raise ValueError("rollup fingerprint must be at least 20 lowercase hex digits")
+    return f"{ROLLUPS_PREFIX}/{table}/day={day.isoformat()}/{fingerprint[:20]}"
+
+
+def rollup_manifest_key(table: str, day: dt.date, fingerprint: str) -> str:
+    """Key of the manifest that names the Parquet files of one day's rollup ``table``, written
+    after them."""
+    return f"{rollup_prefix(table, day, fingerprint)}/{ROLLUP_MANIFEST_NAME}"
+
+
 #: Folder-name prefixes of one attempt and of one hour inside the staging and dead-letter trees.
 ATTEMPT_FOLDER = "attempt="
 HOUR_FOLDER = "hour="
 #: Bookkeeping of :mod:`bq_platform.lib.hourly_build.retention`: first time each unnamed attempt
 #: was seen.
 ATTEMPT_REGISTRY_KEY = f"{STAGING_PREFIX}/_ATTEMPTS_UNNAMED.json"
+#: Bookkeeping of :mod:`bq_platform.lib.daily_build.retention`: first time each unfinished
+#: rollup folder was seen.
+ROLLUP_REGISTRY_KEY = f"{ROLLUPS_PREFIX}/_UNFINISHED.json"
 
 
 def attempt_hour_prefixes(attempt_id: str, hour: dt.datetime) -> tuple[str, str, str]:

@@ -22,6 +22,8 @@ LANDED_MANIFEST_FORMAT = "bq_platform.landed/1"
 #: A CRC32C as GCS encodes it: base64 of 4 bytes.
 _CRC32C_RE = re.compile(r"^[A-Za-z0-9+/]{6}==$")
 HOUR_MANIFEST_FORMAT = "bq_platform.hour/1"
+#: :attr:`HourManifest.classifier` of an hour built without traffic classification.
+UNCLASSIFIED = ""
 
 
 class ManifestError(ValueError):
@@ -114,6 +116,9 @@ class HourManifest:
         orphan_files: landed data files of the hour no manifest names (incomplete deliveries).
         full_bytes, sample_bytes: bytes of ``full_files``/``sample_files``; None when the
             document lacks them (:func:`stage_bytes`).
+        classifier: the traffic classifier the hour's rows were classified with
+            (:func:`bq_platform.lib.traffic.version.classifier_version`); :data:`UNCLASSIFIED`
+            when the document lacks it (written by a build without traffic classification).
     """
 
     hour: dt.datetime
@@ -130,6 +135,7 @@ class HourManifest:
     orphan_files: tuple[str, ...] = ()
     full_bytes: int | None = None
     sample_bytes: int | None = None
+    classifier: str = UNCLASSIFIED
     created_at: dt.datetime = dataclasses.field(
         default_factory=lambda: dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
@@ -153,6 +159,7 @@ class HourManifest:
                 "orphan_files": list(self.orphan_files),
                 "full_bytes": self.full_bytes,
                 "sample_bytes": self.sample_bytes,
+                "classifier": self.classifier,
                 "created_at": self.created_at.isoformat(),
             },
             indent=1,
@@ -179,6 +186,7 @@ class HourManifest:
                 orphan_files=tuple(str(k) for k in data.get("orphan_files", ())),
                 full_bytes=_optional_int(data.get("full_bytes")),
                 sample_bytes=_optional_int(data.get("sample_bytes")),
+                classifier=str(data.get("classifier") or UNCLASSIFIED),
                 created_at=dt.datetime.fromisoformat(data["created_at"]),
             )
         except (KeyError, TypeError, ValueError) as exc:

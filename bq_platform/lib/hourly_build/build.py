@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bq_platform.lib.core import layout
@@ -89,6 +89,7 @@ def build_hours(
     log: logging.Logger | None = None,
     lines_per_pass: int = DEFAULT_LINES_PER_PASS,
     thresholds: ClassificationThresholds | None = None,
+    classify: bool = True,
 ) -> list[HourManifest]:
     """Build the pageview Parquet files and hour manifests of ``hours`` (see module docstring).
 
@@ -102,6 +103,9 @@ def build_hours(
         log: ``logging.Logger`` or Dagster's ``context.log``; progress at INFO.
         lines_per_pass: the most source lines one Spark pass reads.
         thresholds: the traffic heuristics' configuration; None: the defaults.
+        classify: False builds without the traffic step, for the benchmark only
+            (:func:`~bq_platform.lib.hourly_build.traffic.classify_pages`): the pages have no
+            class, so the hours must never be published.
 
     Returns:
         One :class:`HourManifest` per hour, in hour order, as written.
@@ -151,6 +155,7 @@ def build_hours(
     per_file: dict[str, dict[str, Any]] = {}
     visitors: dict[tuple[str, str], tuple[int, int]] = {}
     traffic: dict[tuple[str, str], tuple[int, int]] = {}
+    reasons: dict[tuple[str, str], dict[str, int]] = {}
     chunks = passes(kept, lines_per_pass)
     for number, chunk in enumerate(chunks, 1):
         log.info(  # reporting.PASS_PROGRESS: bq-platform run prints it as it comes
@@ -176,6 +181,8 @@ def build_hours(
                 window=window,
                 traffic=traffic,
                 thresholds=thresholds or ClassificationThresholds(),
+                bot_reasons=reasons,
+                classify=classify,
             )
         except Exception as exc:
             unreadable = unreadable_landed_file(exc, store, every)
@@ -196,6 +203,7 @@ def build_hours(
         orphans=orphans,
         classifier=classifier_version(thresholds or ClassificationThresholds()),
         traffic=traffic,
+        bot_reasons=reasons,
     )
     # The manifests these replace: what this attempt displaces, for the cleanup.
     try:
@@ -251,6 +259,26 @@ def build_hours(
     return manifests
 
 
+def site_hour_traffic(pages: DataFrame) -> DataFrame:
+    """Per site-hour (``unit_no``) of classified ``pages``: ``visitors`` (distinct
+    ``visitor_id``), ``sampled`` (distinct visitors of the sample), ``human`` and ``bot``
+    (``bot`` and ``suspected_bot``) pages. One Spark job."""
+    visitor = F.col("visitor_id")
+    return pages.groupBy("unit_no").agg(
+        F.count_distinct(visitor).alias("visitors"),
+        F.count_distinct(F.when(F.col("in_sample"), visitor)).alias("sampled"),
+        F.count_if(F.col("traffic_class") == HUMAN).alias("human"),
+        F.count_if(F.col("traffic_class").isin(*BOT_CLASSES)).alias("bot"),
+    )
+
+
+def site_hour_bot_reasons(pages: DataFrame) -> DataFrame:
+    """Per site-hour (``unit_no``) and ``bot_reason`` of the classified ``pages`` that are not
+    human: ``pages``. Few rows (the reasons of one site-hour), no distinct count. One Spark
+    job."""
+    return pages.where(F.col("bot_reason").isNotNull()).groupBy("unit_no", "bot_reason").count()
+
+
 def _run_spark(
     spark: SparkSession,
     store: ObjectStore,
@@ -263,9 +291,12 @@ def _run_spark(
     window: HourWindow | None = None,
     thresholds: ClassificationThresholds | None = None,
     traffic: dict[tuple[str, str], tuple[int, int]] | None = None,
+    bot_reasons: dict[tuple[str, str], dict[str, int]] | None = None,
+    classify: bool = True,
 ) -> None:
-    """Read, classify, count and write; fills ``per_file``, ``visitors`` and ``traffic``
-    (human and bot pages per site and hour label)."""
+    """Read, classify, count and write; fills ``per_file``, ``visitors``, ``traffic`` (human
+    and bot pages per site and hour label) and ``bot_reasons`` (per site and hour label, the
+    bot pages per ``bot_reason``; a site-hour without bot pages has no entry)."""
     full_prefix, sample_prefix, dead_prefix = prefixes
     t0 = time.monotonic()
     with sql_conf(spark, BUILD_SQL_CONF):
@@ -303,23 +334,19 @@ def _run_spark(
                         k: v for k, v in samples.items() if v is not None
                     }
             pages = rows.where(category == CATEGORY_PAGE)
-            classified_pages = classify_pages(rows, pages, thresholds or ClassificationThresholds())
+            classified_pages = classify_pages(
+                rows, pages, thresholds or ClassificationThresholds(), classify=classify
+            )
             units = site_hour_units(kept)
-            for r in (
-                classified_pages.groupBy("unit_no")
-                .agg(
-                    F.count_distinct("visitor_id").alias("visitors"),
-                    F.count_distinct(F.when(F.col("in_sample"), F.col("visitor_id"))).alias(
-                        "sampled"
-                    ),
-                    F.count_if(F.col("traffic_class") == HUMAN).alias("human"),
-                    F.count_if(F.col("traffic_class").isin(*BOT_CLASSES)).alias("bot"),
-                )
-                .collect()
-            ):
-                visitors[units[r["unit_no"]]] = (int(r["visitors"]), int(r["sampled"]))
+            for r in site_hour_traffic(classified_pages).collect():
+                unit = units[r["unit_no"]]
+                visitors[unit] = (int(r["visitors"]), int(r["sampled"]))
                 if traffic is not None:
-                    traffic[units[r["unit_no"]]] = (int(r["human"]), int(r["bot"]))
+                    traffic[unit] = (int(r["human"]), int(r["bot"]))
+            if classify and bot_reasons is not None:
+                for r in site_hour_bot_reasons(classified_pages).collect():
+                    reasons_of = bot_reasons.setdefault(units[r["unit_no"]], {})
+                    reasons_of[r["bot_reason"]] = int(r["count"])
             n_lines = sum(int(r["lines_read"]) for r in counts)  # this pass's files only
             n_pages = sum(int(r[CATEGORY_PAGE]) for r in counts)
             log.info(

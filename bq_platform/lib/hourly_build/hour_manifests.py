@@ -73,6 +73,7 @@ def hour_manifests(
     *,
     classifier: str,
     traffic: Mapping[tuple[str, str], tuple[int, int]] | None = None,
+    bot_reasons: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
 ) -> list[HourManifest]:
     """One manifest per hour of ``hour_list``, in order; writes the empty Parquet files needed.
 
@@ -85,6 +86,11 @@ def hour_manifests(
         prefixes: the attempt's full, sample and dead-letter prefixes.
         orphans: per (site, hour), data files no manifest names; part of the input
             fingerprint, as :attr:`~bq_platform.lib.landing.index.LandedHour.input_fingerprint`.
+        traffic: per (site, hour label), human and bot pages.
+        bot_reasons: per (site, hour label), bot pages per ``bot_reason``.
+        classifier: the traffic classifier's version
+            (:func:`~bq_platform.lib.traffic.version.classifier_version`): part of the hour's
+            fingerprint, and recorded as :attr:`HourManifest.classifier`.
     """
     full_prefix, sample_prefix, dead_prefix = prefixes
     schemas = {
@@ -131,6 +137,7 @@ def hour_manifests(
                     files=len(files),
                     human_pageviews=n_human,
                     bot_pageviews=n_bot,
+                    bot_reasons=dict((bot_reasons or {}).get((site, label), {})),
                     **rejected_details(files),
                 )
             )
@@ -164,6 +171,7 @@ def hour_manifests(
                 orphan_files=tuple(hour_orphans),
                 full_bytes=sum(files_of[full_prefix].values()),
                 sample_bytes=sum(files_of[sample_prefix].values()),
+                classifier=classifier,
             )
         )
     return manifests

@@ -13,6 +13,8 @@ them per *unit* (one attempt's three folders of one hour). :func:`clean_staging`
   can displace it then.
 
 Both passes re-read the hour's current manifest and never delete a unit it names.
+:func:`clean_staging` then deletes the superseded content folders of the daily rollups
+(:func:`bq_platform.lib.daily_build.retention.clean_rollups`, with the same retention).
 """
 
 import dataclasses
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.manifest import HourManifest, ManifestError, read_hour_manifests
+from bq_platform.lib.daily_build.retention import clean_rollups
 from bq_platform.lib.hourly_build.superseded import (
     Unit,
     named_attempts,
@@ -56,6 +59,9 @@ class CleanupReport:
         records: superseded records done with and deleted.
         bad_records: keys of records that could not be read (kept, logged).
         settled: settled attempts the full pass did not visit.
+        deleted_rollups: superseded or unfinished rollup content folders removed (their
+            objects are in ``deleted_objects``).
+        rollups_waiting: such folders kept until the retention has passed.
     """
 
     deleted_objects: int = 0
@@ -66,6 +72,8 @@ class CleanupReport:
     bad_records: list[str] = dataclasses.field(default_factory=list)
     full_pass: bool = False
     settled: int = 0
+    deleted_rollups: list[str] = dataclasses.field(default_factory=list)
+    rollups_waiting: int = 0
 
     def describe(self) -> str:
         """One line for people: what was deleted, what waits, what could not be read."""
@@ -77,6 +85,11 @@ class CleanupReport:
         )
         if self.full_pass:
             text += f"; full pass ({self.settled} settled attempts not visited)"
+        if self.deleted_rollups or self.rollups_waiting:
+            text += (
+                f"; deleted {len(self.deleted_rollups)} superseded rollup folders, "
+                f"{self.rollups_waiting} wait"
+            )
         if self.bad_records:
             text += (
                 f"; {len(self.bad_records)} unreadable superseded records kept, e.g. "
@@ -95,6 +108,8 @@ class CleanupReport:
             bad_records=self.bad_records + other.bad_records,
             full_pass=self.full_pass or other.full_pass,
             settled=self.settled + other.settled,
+            deleted_rollups=self.deleted_rollups + other.deleted_rollups,
+            rollups_waiting=self.rollups_waiting + other.rollups_waiting,
         )
 
 
@@ -127,7 +142,7 @@ def clean_staging(
     log: Logger | None = None,
 ) -> CleanupReport:
     """The record pass, then the full pass if ``full`` or if none ran in the last
-    :data:`FULL_PASS_EVERY`.
+    :data:`FULL_PASS_EVERY`, then the rollups' superseded folders.
 
     Args:
         now: current UTC time; default the clock.
@@ -145,7 +160,14 @@ def clean_staging(
     if full or last is None or now - last >= FULL_PASS_EVERY:
         # the units a record waits for are the record pass's: counted and timed once
         report = report.add(_full_pass(store, registry, now, retention, log, skip=recorded))
-    return report
+    rollups = clean_rollups(store, now, retention, log)
+    return report.add(
+        CleanupReport(
+            deleted_objects=rollups.deleted_objects,
+            deleted_rollups=rollups.deleted_folders,
+            rollups_waiting=rollups.waiting,
+        )
+    )
 
 
 def clean_superseded(

@@ -34,6 +34,7 @@ from bq_platform.lib.traffic.heuristics import (
 from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform.lib.traffic.ua_families import parse_families
 from bq_platform.lib.traffic.user_agent import has_user_agent
+from bq_platform.lib.warehouse.schema import TRAFFIC_COLUMNS
 
 #: The columns :func:`user_agent_rows` gives per distinct user agent.
 USER_AGENT_SCHEMA = StructType(
@@ -86,7 +87,11 @@ def user_agent_frame(spark: SparkSession, user_agents: Iterable[str | None]) -> 
 
 
 def classify_pages(
-    lines: DataFrame, pages: DataFrame, thresholds: ClassificationThresholds
+    lines: DataFrame,
+    pages: DataFrame,
+    thresholds: ClassificationThresholds,
+    *,
+    classify: bool = True,
 ) -> DataFrame:
     """``pages`` with the traffic columns appended.
 
@@ -97,25 +102,40 @@ def classify_pages(
         pages: the pass's pages (a subset of ``lines``), with ``unit_no``, ``client``,
             ``category``, ``user_agent`` and ``user_agent_field``.
         thresholds: which heuristics run.
+        classify: False skips the whole traffic step (no job, no per-visitor counts, no
+            joins) and leaves the five columns null. It exists only so that the benchmark
+            (``benchmarks/benchmark.py``) can measure what the classification costs: rows
+            built so have no class and break the ``pageviews = human + bot`` identity, so it
+            must never be used for data that is published.
 
     Returns:
         ``pages``' columns, then ``traffic_class``, ``bot_reason``, ``browser_family``,
         ``os_family``, ``device_family``; one row per page. Runs one Spark job to collect the
-        distinct user agents.
+        distinct user agents and one for :func:`marked_visitors` (none when ``classify`` is
+        False).
     """
+    if not classify:
+        unset = F.lit(None).cast("string")
+        return pages.select(
+            *pages.columns,
+            *[unset.alias(column.name) for column in TRAFFIC_COLUMNS],
+        )
     spark = pages.sparkSession
     agents = [r[0] for r in pages.select("user_agent").distinct().collect()]
-    per_agent = F.broadcast(user_agent_frame(spark, agents)).withColumnRenamed(
-        "user_agent", "agent"
-    )
-    keyed = lines.where(F.col("unit_no").isNotNull() & F.col("client").isNotNull())
-    visitors = keyed.groupBy("unit_no", "client").agg(
-        F.count_if(F.col("category") == CATEGORY_PAGE).alias("visitor_pages"),
-        F.bool_or(F.col(ROBOTS_TXT_COLUMN)).alias("visitor_robots_txt"),
-    )
-    joined = pages.join(visitors, ["unit_no", "client"], "left").join(
-        per_agent, F.col("user_agent") == F.col("agent"), "left"
-    )
+    # Checkpointed: the literals are planned once, not in every query that joins them.
+    per_agent = F.broadcast(
+        user_agent_frame(spark, agents).localCheckpoint(eager=True)
+    ).withColumnRenamed("user_agent", "agent")
+    joined = pages.join(per_agent, F.col("user_agent") == F.col("agent"), "left")
+    marked = marked_visitors(lines, thresholds)
+    if marked is None:
+        joined = joined.select(
+            "*",
+            F.lit(None).cast("long").alias("visitor_pages"),
+            F.lit(None).cast("boolean").alias("visitor_robots_txt"),
+        )
+    else:
+        joined = joined.join(F.broadcast(marked), ["unit_no", "client"], "left")
     reason = _reason(thresholds)
     traffic_class = (
         F.when(F.col("crawler_reason").isNotNull(), F.lit(BOT))
@@ -132,6 +152,31 @@ def classify_pages(
         "os_family",
         "device_family",
     )
+
+
+def marked_visitors(lines: DataFrame, thresholds: ClassificationThresholds) -> DataFrame | None:
+    """The visitors (``unit_no``, ``client``) a visitor heuristic marks, with
+    ``visitor_pages`` and ``visitor_robots_txt``; None when no visitor heuristic runs.
+
+    Marked visitors are few (a page-rate offender has more than the threshold's pages; a
+    robots.txt fetch is rare), so the result is computed once, kept on the executors
+    (``localCheckpoint``) and broadcast to every use of the classified pages: the pages
+    themselves are never shuffled to meet their visitor's counts. Runs one Spark job.
+    """
+    limit = thresholds.max_pages_per_visitor_hour
+    if limit is None and not thresholds.robots_txt_marks_visitor:
+        return None
+    keyed = lines.where(F.col("unit_no").isNotNull() & F.col("client").isNotNull())
+    visitors = keyed.groupBy("unit_no", "client").agg(
+        F.count_if(F.col("category") == CATEGORY_PAGE).alias("visitor_pages"),
+        F.bool_or(F.col(ROBOTS_TXT_COLUMN)).alias("visitor_robots_txt"),
+    )
+    marks = F.lit(False)
+    if thresholds.robots_txt_marks_visitor:
+        marks = marks | F.col("visitor_robots_txt")
+    if limit is not None:
+        marks = marks | (F.col("visitor_pages") > limit)
+    return visitors.where(marks).localCheckpoint(eager=True)
 
 
 def _reason(thresholds: ClassificationThresholds) -> Column:

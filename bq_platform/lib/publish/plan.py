@@ -1,7 +1,8 @@
 """``bq-platform plan``: every warehouse request a run would send, before it sends any.
 
 Like ``terraform plan``: per UTC day, the tables it would create or patch, every load and copy
-job with its deterministic ID, the jobs it would skip, and each table's daily budget use. It
+job with its deterministic ID (the daily rollups' loads included), the jobs it would skip, and
+each table's daily budget use. It
 runs the publish protocol's own code against the production adapter on a
 :class:`~bq_platform.lib.warehouse.recording.RecordingSession`, so the requests printed are
 the ones a run would send, except the ``run_id`` label (``plan``).
@@ -13,7 +14,10 @@ import datetime as dt
 import itertools
 from collections.abc import Sequence
 
-from bq_platform.lib.core.manifest import read_hour_manifests
+from bq_platform.lib.core.layout import rollup_prefix
+from bq_platform.lib.core.manifest import HourManifest, read_hour_manifests
+from bq_platform.lib.daily_build.rollup_files import RollupFiles, read_rollup_files, rollup_inputs
+from bq_platform.lib.daily_build.rollups import ROLLUP_VERSION
 from bq_platform.lib.publish.deadletter_table import deadletter_load_plan
 from bq_platform.lib.publish.job_decisions import first_decision
 from bq_platform.lib.publish.protocol import (
@@ -23,10 +27,11 @@ from bq_platform.lib.publish.protocol import (
     stage_load_plan,
 )
 from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.publish.rollups import rollup_load_plan
 from bq_platform.lib.storage.base import ObjectStore
 from bq_platform.lib.warehouse.base import CopyJob, Warehouse
 from bq_platform.lib.warehouse.ledger import publish_ledger_spec
-from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, audit_spec
+from bq_platform.lib.warehouse.schema import DEADLETTERS_TABLE, ROLLUP_TABLES, audit_spec
 
 PLAN_RUN_ID = "plan"
 _ASSETS = {
@@ -144,11 +149,53 @@ def build_plan(
                 store, day, manifests, asset=DEADLETTERS_TABLE, run_id=PLAN_RUN_ID
             )
             plan.jobs.append(_plan_job(warehouse, job_plan, planned, used, today))
+            for job_plan in rollup_plans(store, day, manifests, require_partition_filter):
+                plan.jobs.append(_plan_job(warehouse, job_plan, planned, used, today))
         days.append(plan)
     usage = {
         table: (used[table], planned[table], budget.per_table_per_day) for table in sorted(used)
     }
     return RequestPlan(days, warehouse.ensured_tables(), usage)
+
+
+#: The files of a rollup that a run builds before its load (Spark's ``part-*`` names).
+UNBUILT_ROLLUP_FILES = "part-*.parquet"
+
+
+def rollup_plans(
+    store: ObjectStore,
+    day: dt.date,
+    manifests: dict[dt.datetime, HourManifest],
+    require_partition_filter: bool,
+) -> list[JobPlan]:
+    """The loads of ``day``'s rollups, one per table, for the day published from
+    ``manifests``: of the files their manifest names, or, for a rollup not built yet (a run
+    builds it first), of :data:`UNBUILT_ROLLUP_FILES` in its content folder. Their job IDs are
+    the run's either way (built from the content's fingerprint)."""
+    inputs = rollup_inputs(day, manifests, ROLLUP_VERSION)
+    found = read_rollup_files(store, inputs, ROLLUP_TABLES)
+    plans = []
+    for table in ROLLUP_TABLES:
+        files = found[table] or RollupFiles(
+            table=table,
+            day=day,
+            fingerprint=inputs.fingerprint,
+            day_fingerprint=inputs.day_fingerprint,
+            files=(f"{rollup_prefix(table, day, inputs.fingerprint)}/{UNBUILT_ROLLUP_FILES}",),
+            rows=0,
+            human_pageviews=0,
+            bot_pageviews=0,
+        )
+        plans.append(
+            rollup_load_plan(
+                store,
+                files,
+                asset=table,
+                run_id=PLAN_RUN_ID,
+                require_partition_filter=require_partition_filter,
+            )
+        )
+    return plans
 
 
 def _plan_job(

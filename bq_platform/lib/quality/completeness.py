@@ -1,4 +1,5 @@
-"""The daily completeness report: per site and UTC hour, source lines, pageviews, rejected.
+"""The daily completeness report: per site and UTC hour, source lines, pageviews (human and
+bot apart), rejected.
 
 Built from ``pageviews_audit`` rows and the day's hour manifests, so that a gap (an hour with
 no data, not built, or unbalanced) shows at a glance, as Markdown and as PNG heat maps. Dagster's
@@ -13,8 +14,15 @@ from typing import Any
 
 from bq_platform.lib.core.accounting import row_balanced
 from bq_platform.lib.core.hours import day_hours, hour_label
+from bq_platform.lib.core.reporting import pages_text, traffic_sums
 
-MEASURES = ("source_lines", "pageviews", "rejected")
+#: What the bars show per site and hour (and :func:`site_matrix` gives).
+MEASURES = ("source_lines", "pageviews", "bot_pageviews", "rejected")
+#: The PNG's panels, one heat map each (a panel more would pass the width the UI shows).
+PNG_MEASURES = ("source_lines", "pageviews", "rejected")
+#: The columns of the table per site and hour (an audit row without the pages by traffic
+#: class shows ``-`` for them).
+TABLE_COLUMNS = ("source_lines", "pageviews", "human_pageviews", "bot_pageviews", "rejected")
 _BARS = "▁▂▃▄▅▆▇█"
 _ZERO = "·"
 
@@ -85,6 +93,19 @@ def hour_status(
     return DayStatus(day, tuple(missing), tuple(unbalanced), tuple(empty))
 
 
+def measure(row: Mapping[str, Any] | None, name: str) -> int:
+    """``row[name]`` as an int; 0 for no row or a null value (an audit row built before its
+    table had the pages by traffic class)."""
+    return int((row or {}).get(name) or 0)
+
+
+def day_pages_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The day's pageviews with human and bot apart, e.g. ``8,100 (human 4,727, bot 3,373)``
+    (:func:`~bq_platform.lib.core.reporting.pages_text`)."""
+    human, bot, _ = traffic_sums(rows)
+    return pages_text(sum(measure(r, "pageviews") for r in rows), human, bot)
+
+
 def bar_line(values: Sequence[int]) -> str:
     """One character per value: ``·`` for 0, else a bar scaled to the largest value."""
     top = max(values, default=0)
@@ -96,8 +117,9 @@ def bar_line(values: Sequence[int]) -> str:
 
 
 def markdown_report(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatus) -> str:
-    """Markdown: verdict, a 24-hour bar chart per site and measure, and the table per site and
-    hour (hours as ``HH``, UTC)."""
+    """Markdown: verdict, the day's pageviews with human and bot apart, a 24-hour bar chart per
+    site and measure of :data:`MEASURES`, and the table per site and hour of
+    :data:`TABLE_COLUMNS` (hours as ``HH``, UTC)."""
     hours = [hour_label(h) for h in day_hours(day)]
     sites = by_site_hour(rows)
     lines = [
@@ -114,30 +136,33 @@ def markdown_report(day: dt.date, rows: Sequence[Mapping[str, Any]], status: Day
         )
         + (f"; empty hours: {len(status.empty)}" if status.empty else ""),
         "",
+        f"Pageviews {day_pages_text(rows)}.",
+        "",
         "Hours 00-23 left to right; `·` = 0; bars scale to each line's largest hour.",
         "",
         "| site | measure | 00 ··· 23 | total |",
         "|---|---|---|---|",
     ]
     for site, per_hour in sorted(sites.items()):
-        for measure in MEASURES:
-            values = [int(per_hour.get(h, {}).get(measure, 0)) for h in hours]
-            lines.append(f"| {site} | {measure} | `{bar_line(values)}` | {sum(values)} |")
+        for name in MEASURES:
+            values = [measure(per_hour.get(h), name) for h in hours]
+            lines.append(f"| {site} | {name} | `{bar_line(values)}` | {sum(values)} |")
     if not sites:
         lines.append("| (no site) | | `" + _ZERO * 24 + "` | 0 |")
     lines += [
         "",
-        "| site | hour | " + " | ".join(MEASURES) + " | balanced |",
-        "|---|---|---|---|---|---|",
+        "| site | hour | " + " | ".join(TABLE_COLUMNS) + " | balanced |",
+        "|---|---|" + "---|" * len(TABLE_COLUMNS) + "---|",
     ]
     for site, per_hour in sorted(sites.items()):
         for hour in hours:
             row = per_hour.get(hour)
             if row is None:
-                lines.append(f"| {site} | {hour[-2:]} | - | - | - | **not audited** |")
+                dashes = " | ".join("-" for _ in TABLE_COLUMNS)
+                lines.append(f"| {site} | {hour[-2:]} | {dashes} | **not audited** |")
                 continue
             ok = row_balanced(row)
-            values = " | ".join(str(row[m]) for m in MEASURES)
+            values = " | ".join("-" if row.get(c) is None else str(row[c]) for c in TABLE_COLUMNS)
             lines.append(f"| {site} | {hour[-2:]} | {values} | {'yes' if ok else '**NO**'} |")
     return "\n".join(lines)
 
@@ -162,19 +187,18 @@ def site_matrix(
         shown, rest = ordered, []
     labels = list(shown) + ([f"other sites ({len(rest)})"] if rest else [])
     matrices: dict[str, list[list[int]]] = {}
-    for measure in MEASURES:
-        matrix = [[int(sites[s].get(h, {}).get(measure, 0)) for h in hours] for s in shown]
+    for name in MEASURES:
+        matrix = [[measure(sites[s].get(h), name) for h in hours] for s in shown]
         if rest:
-            matrix.append(
-                [sum(int(sites[s].get(h, {}).get(measure, 0)) for s in rest) for h in hours]
-            )
-        matrices[measure] = matrix
+            matrix.append([sum(measure(sites[s].get(h), name) for s in rest) for h in hours])
+        matrices[name] = matrix
     return labels, matrices
 
 
 def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatus) -> bytes:
-    """A PNG heat map per measure: rows of :func:`site_matrix`, one column per UTC hour, color
-    = lines (log scale), white = 0; incomplete hours are hatched red."""
+    """A PNG heat map per measure of :data:`PNG_MEASURES`: rows of :func:`site_matrix`, one
+    column per UTC hour, color = lines (log scale), white = 0; incomplete hours are hatched
+    red."""
     import numpy as np
 
     from bq_platform.lib.quality.heatmap import Panel, heatmaps_png
@@ -183,9 +207,9 @@ def render_png(day: dt.date, rows: Sequence[Mapping[str, Any]], status: DayStatu
     labels = labels or ["(no site)"]
     hours = [hour_label(h) for h in day_hours(day)]
     panels = []
-    for measure in MEASURES:
-        values = np.array(matrices[measure] or [[0] * 24], dtype=float)
-        panels.append(Panel(f"{measure} (total {int(values.sum()):,})", values))
+    for name in PNG_MEASURES:
+        values = np.array(matrices[name] or [[0] * 24], dtype=float)
+        panels.append(Panel(f"{name} (total {int(values.sum()):,})", values))
     verdict = f"Completeness {day} (UTC): {status.complete_hours}/24 hours complete"
     if status.missing:
         verdict += f"; not built/audited: {', '.join(h[-2:] for h in status.missing)}"

@@ -25,8 +25,22 @@ from bq_platform.lib.warehouse.job_model import (
     validate_job,
 )
 from bq_platform.lib.warehouse.ledger import PublishRecord
+from bq_platform.lib.warehouse.rollup_compare import RollupComparison
 from bq_platform.lib.warehouse.rules import RuleViolation
 from bq_platform.lib.warehouse.schema import TableSpec
+
+#: The columns :meth:`Warehouse.published_sample_rows` reads: what the traffic classifier
+#: needs of a row, and the classification it was published with.
+SAMPLE_PREVIEW_COLUMNS: tuple[str, ...] = (
+    "site",
+    "event_date",
+    "event_ts",
+    "visitor_id",
+    "page_path",
+    "user_agent",
+    "traffic_class",
+    "bot_reason",
+)
 
 __all__ = [
     "CopyJob",
@@ -155,7 +169,8 @@ class Warehouse(abc.ABC):
             raise SchemaMismatchError(
                 f"table {spec.name} does not match its spec: {'; '.join(diff.errors)}. Only "
                 "new NULLABLE columns at the end (and clustering, labels, "
-                "require_partition_filter) are applied automatically; migrate the table (or "
+                "require_partition_filter) are applied automatically; migrate the table as "
+                "docs/operations.md says under 'Schema changes that need a migration' (or "
                 "restore the spec) and re-run. No job was submitted."
             )
         if diff.needs_patch:
@@ -307,6 +322,34 @@ class Warehouse(abc.ABC):
         """``(hour, fingerprint)`` of the ``pageviews_audit`` rows with ``start <= hour < end``
         (UTC): which build each audited hour's rows come from."""
         return {(row["hour"], row["fingerprint"]) for row in self.audit_rows(start, end)}
+
+    # -- published sample --------------------------------------------------------------------
+
+    def published_sample_rows(self, first: dt.date, last: dt.date) -> list[dict[str, Any]]:
+        """The ``pageviews_sample`` rows with ``first <= event_date <= last`` (UTC days), each a
+        dict of :data:`SAMPLE_PREVIEW_COLUMNS` (``event_ts`` aware UTC, ``event_date`` a
+        date), ordered by site, event_ts; empty if the table does not exist. Reads what is
+        published, for the reclassification preview; the backends say what it costs.
+
+        Raises:
+            NotImplementedError: a warehouse that cannot read rows back.
+            ValueError: ``last`` is before ``first``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot read the published sample")
+
+    # -- rollup checks -----------------------------------------------------------------------
+
+    def compare_rollup(self, table: str, day: dt.date, human_class: str) -> RollupComparison:
+        """Compare the ``table$YYYYMMDD`` partition of a daily rollup with the ``pageviews``
+        rows of ``day`` (UTC) aggregated as the rollup defines it, ``human_class`` being the
+        traffic class counted as human (:mod:`bq_platform.lib.warehouse.rollup_compare`); one
+        read-only statement, the day a parameter.
+
+        Raises:
+            NotImplementedError: a warehouse that cannot run a query.
+            ValueError: ``table`` is not a rollup table.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot compare rollups")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default does nothing."""

@@ -16,6 +16,10 @@ PAGEVIEWS_TABLE = "pageviews"
 PAGEVIEWS_SAMPLE_TABLE = "pageviews_sample"
 AUDIT_TABLE = "pageviews_audit"
 DEADLETTERS_TABLE = "pageview_deadletters"
+DAILY_BY_SITE_TABLE = "pageviews_daily_by_site"
+DAILY_BY_PAGE_TABLE = "pageviews_daily_by_page"
+#: The daily rollups of ``pageviews`` (:func:`rollup_spec`).
+ROLLUP_TABLES = (DAILY_BY_SITE_TABLE, DAILY_BY_PAGE_TABLE)
 STAGE_TABLE_PREFIX = {"full": "pageviews_stage_", "sample": "pageviews_sample_stage_"}
 STAGE_EXPIRATION_DAYS = 7
 
@@ -269,4 +273,74 @@ def deadletters_spec() -> TableSpec:
         labels=_LABELS,
         description="Rejected and out-of-window lines with their reason and raw text, one day "
         "partition per UTC delivery date; current build attempts only.",
+    )
+
+
+_ROLLUP_COLUMNS: Mapping[str, tuple[Column, ...]] = {
+    DAILY_BY_SITE_TABLE: (
+        Column("event_date", "DATE", "REQUIRED", "UTC date of the pageviews; partition column."),
+        Column("site", "STRING", "REQUIRED", "Publisher key, e.g. epa.gov."),
+        Column(
+            "human_pageviews",
+            "INT64",
+            "REQUIRED",
+            "Rows of pageviews of this site and day whose traffic_class is human.",
+        ),
+        Column(
+            "bot_pageviews",
+            "INT64",
+            "REQUIRED",
+            "Rows of pageviews of this site and day whose traffic_class is bot or suspected_bot.",
+        ),
+        Column(
+            "human_visitors",
+            "INT64",
+            "REQUIRED",
+            "Distinct visitor_id of the human rows of this site and day (exact count).",
+        ),
+    ),
+    DAILY_BY_PAGE_TABLE: (
+        Column("event_date", "DATE", "REQUIRED", "UTC date of the pageviews; partition column."),
+        Column("site", "STRING", "REQUIRED", "Publisher key, e.g. epa.gov."),
+        Column("page_path", "STRING", "REQUIRED", "Requested path without the query string."),
+        Column(
+            "human_pageviews",
+            "INT64",
+            "REQUIRED",
+            "Rows of pageviews of this site, page and day whose traffic_class is human.",
+        ),
+        Column(
+            "human_visitors",
+            "INT64",
+            "REQUIRED",
+            "Distinct visitor_id of the human rows of this site, page and day (exact count).",
+        ),
+    ),
+}
+_ROLLUP_DOCS = {
+    DAILY_BY_SITE_TABLE: "Pageviews per site and UTC day, human and bot apart, with distinct "
+    "human visitors: one row per site with at least one pageview that day.",
+    DAILY_BY_PAGE_TABLE: "Human pageviews per site, page and UTC day, with distinct human "
+    "visitors: one row per (site, page_path) with at least one human pageview that day.",
+}
+
+
+def rollup_spec(table: str, require_partition_filter: bool = True) -> TableSpec:
+    """A daily rollup of ``pageviews`` (``table`` one of :data:`ROLLUP_TABLES`): DAY partitions
+    on ``event_date``, clustered by ``site`` (by page: ``site, page_path``), computed in Spark
+    from the day's pageview files and loaded into ``table$YYYYMMDD``.
+
+    Raises:
+        ValueError: if ``table`` is not a rollup table.
+    """
+    if table not in _ROLLUP_COLUMNS:
+        raise ValueError(f"not a rollup table: {table!r}; one of {ROLLUP_TABLES}")
+    return TableSpec(
+        name=table,
+        columns=_ROLLUP_COLUMNS[table],
+        partition_field="event_date",
+        clustering=("site", "page_path") if table == DAILY_BY_PAGE_TABLE else ("site",),
+        require_partition_filter=require_partition_filter,
+        labels=_LABELS,
+        description=_ROLLUP_DOCS[table],
     )

@@ -4,12 +4,14 @@ a rewritten one is."""
 
 import dataclasses
 import datetime as dt
+import json
 
 import pytest
 
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.accounting import SiteHourCounts
 from bq_platform.lib.core.manifest import (
+    UNCLASSIFIED,
     HourManifest,
     ManifestError,
     parse_hour_manifest,
@@ -75,3 +77,12 @@ def test_accounting_problems_name_the_unbalanced_site() -> None:
     assert unbalanced.accounting_problems() == [
         "nasa.gov 1995-08-01T00: source_lines 10 != accounted 9"
     ]
+
+
+def test_the_classifier_is_recorded_and_a_manifest_without_it_reads_as_unclassified() -> None:
+    built = dataclasses.replace(manifest(HOURS[0], "a1"), classifier="crawler-user-agents==1.0")
+    assert HourManifest.from_json(built.to_json()).classifier == "crawler-user-agents==1.0"
+
+    document = json.loads(built.to_json())
+    del document["classifier"]  # written by a build without traffic classification
+    assert HourManifest.from_json(json.dumps(document)).classifier == UNCLASSIFIED

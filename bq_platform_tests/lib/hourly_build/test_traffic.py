@@ -222,3 +222,25 @@ def test_the_manifests_count_human_and_bot_pages_per_site(built) -> None:
         )
         assert c.classes_balanced
     assert {c.site for c in built.counts if c.bot_pageviews} == {SHOP}
+
+
+def test_the_manifests_count_bot_pages_per_reason(built) -> None:
+    """Per site-hour, the bot pages per ``bot_reason`` are those of the reference, and sum to
+    the bot pages; a site-hour without bot pages has none."""
+    expected = {SHOP: reference(built.lines), NASA: reference(built.clf_lines)}
+    checked = 0
+    for c in built.counts:
+        assert sum(c.bot_reasons.values()) == c.bot_pageviews
+        if not c.pageviews:
+            assert c.bot_reasons == {}
+            continue
+        want: collections.Counter = collections.Counter()
+        for (_, (traffic_class, reason)), n in expected[c.site].items():
+            if traffic_class != HUMAN:
+                want[reason] += n
+        assert dict(c.bot_reasons) == dict(want), c.site
+        checked += 1
+    assert checked == 2
+    (shop,) = [c for c in built.counts if c.site == SHOP and c.pageviews]
+    assert len(shop.bot_reasons) > 3  # crawler entries and every heuristic
+    assert SiteHourCounts.from_json(shop.to_json()).bot_reasons == shop.bot_reasons

@@ -15,7 +15,11 @@ from click.testing import CliRunner
 from bq_platform.cli.main import main
 from bq_platform.lib.core import layout
 from bq_platform.lib.core.accounting import SiteHourCounts
-from bq_platform.lib.core.manifest import HourManifest
+from bq_platform.lib.core.manifest import HourManifest, read_hour_manifests
+from bq_platform.lib.daily_build.rollup_files import RollupFiles, rollup_inputs
+from bq_platform.lib.daily_build.rollups import ROLLUP_VERSION
+from bq_platform.lib.publish.plan import rollup_plans
+from bq_platform.lib.publish.rollups import rollup_load_plan
 from bq_platform.lib.storage.local import LocalObjectStore
 from bq_platform.lib.warehouse import rules
 from bq_platform.lib.warehouse.recording import PlanRefusedError, RecordingSession
@@ -130,17 +134,33 @@ def test_offline_plan_prints_every_request_of_the_hours(planned: list[dict]) -> 
         "pageviews",
         "pageviews_sample",
         "pageview_deadletters",
+        "pageviews_daily_by_site",
+        "pageviews_daily_by_page",
     }
     jobs = [r["resource"] for r in planned if r["api"] == "jobs.insert"]
     assert sorted("load" if "load" in j["configuration"] else "copy" for j in jobs) == [
         "copy",
         "copy",
-        "load",
-        "load",
-        "load",
-        "load",
-        "load",
+        *["load"] * 7,
     ]
+    # the day's rollups, not built yet: one load each of the files a run builds first
+    rollups = {
+        load["destinationTable"]["tableId"]: load
+        for j in jobs
+        if "pageviews_daily_"
+        in (load := j["configuration"].get("load", {}))
+        .get("destinationTable", {})
+        .get("tableId", "")
+    }
+    assert sorted(rollups) == [
+        "pageviews_daily_by_page$19950801",
+        "pageviews_daily_by_site$19950801",
+    ]
+    for table, load in rollups.items():
+        (uri,) = load["sourceUris"]
+        folder = f"gs://b/staging/rollups/{table.split('$')[0]}/day=1995-08-01/"
+        assert uri.startswith(folder) and uri.endswith("/part-*.parquet")
+        assert load["writeDisposition"] == "WRITE_TRUNCATE"
     # the day's dead letters: one load of both hours' files into the day partition
     (dead,) = [
         j["configuration"]["load"]
@@ -245,3 +265,33 @@ def test_online_plan_reads_through_and_never_writes() -> None:
         session.request(
             "POST", f"{base}/jobs", data=json.dumps({"configuration": {"query": {"query": "x"}}})
         )
+
+
+def test_a_built_rollup_is_planned_with_its_files_and_the_runs_job_id(tmp_path: Path) -> None:
+    """With the rollup built, the plan loads the files its manifest names, under the job ID
+    the run's publish uses (the same content fingerprint)."""
+    _write_lake(tmp_path)
+    store = LocalObjectStore(str(tmp_path / "lake"))
+    day = HOURS[0].date()
+    manifests = {h: m for h, m in read_hour_manifests(store, HOURS).items() if m}
+    inputs = rollup_inputs(day, manifests, ROLLUP_VERSION)
+    prefix = layout.rollup_prefix("pageviews_daily_by_site", day, inputs.fingerprint)
+    built = RollupFiles(
+        "pageviews_daily_by_site",
+        day,
+        inputs.fingerprint,
+        inputs.day_fingerprint,
+        (f"{prefix}/part-00000-x.snappy.parquet",),
+        rows=1,
+        human_pageviews=3,
+        bot_pageviews=1,
+    )
+    store.write_text(built.key, built.to_json())
+    by_site, by_page = rollup_plans(store, day, manifests, require_partition_filter=True)
+    site_job, page_job = by_site.make_job(0), by_page.make_job(0)
+    assert site_job.source_uris == (store.uri(built.files[0]),)
+    assert page_job.source_uris[0].endswith("/part-*.parquet")
+    run_job = rollup_load_plan(
+        store, built, asset="pageviews_daily_by_site", run_id="r", require_partition_filter=True
+    ).make_job(0)
+    assert site_job.job_id == run_job.job_id and site_job.destination == run_job.destination

@@ -103,3 +103,21 @@ def test_render_png_hatches_the_incomplete_hours_and_names_them(monkeypatch):
     assert "not built/audited: 23" in drawn["title"][0] and "unbalanced: 06" in drawn["title"][0]
     assert drawn["rows"] == ["example.org"]
     assert [p.values[0][4] for p in drawn["panels"]] == [10, 6, 1]  # source, pageviews, rejected
+
+
+def test_the_report_shows_human_and_bot_pages_apart():
+    """The day's line and the table give human and bot pages; a row built before the audit
+    table had them shows ``-`` and its pages as not classified."""
+    classified = {**row(HOURS[4], 10, 6), "human_pageviews": 4, "bot_pageviews": 2}
+    older = {**row(HOURS[5], 10, 3), "human_pageviews": None, "bot_pageviews": None}
+    status = hour_status(DAY, [classified, older], {hour_label(h): "f" for h in HOURS})
+    text = markdown_report(DAY, [classified, older], status)
+    assert "Pageviews 9 (human 4, bot 2, not classified 3)." in text
+    header = "| site | hour | source_lines | pageviews | human_pageviews | bot_pageviews |"
+    assert header in text
+    assert "| example.org | 04 | 10 | 6 | 4 | 2 | 0 | yes |" in text
+    assert "| example.org | 05 | 10 | 3 | - | - | 0 | yes |" in text
+    assert "| example.org | bot_pageviews | `" in text
+    labels, matrices = site_matrix(DAY, [classified, older])
+    assert matrices["bot_pageviews"][0][4:6] == [2, 0]
+    assert render_png(DAY, [classified, older], status)[:8] == b"\x89PNG\r\n\x1a\n"

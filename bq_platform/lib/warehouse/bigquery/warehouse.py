@@ -30,8 +30,9 @@ from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry_module
 from google.cloud import bigquery
 
-from bq_platform.lib.warehouse import ledger, rules, schema
+from bq_platform.lib.warehouse import ledger, rollup_compare, rules, schema
 from bq_platform.lib.warehouse.base import (
+    SAMPLE_PREVIEW_COLUMNS,
     CopyJob,
     Job,
     JobConflictError,
@@ -52,6 +53,7 @@ from bq_platform.lib.warehouse.bigquery.client import (
     check_identifier,
 )
 from bq_platform.lib.warehouse.compare import SpecDifference
+from bq_platform.lib.warehouse.rollup_compare import RollupComparison
 from bq_platform.lib.warehouse.schema import AUDIT_TABLE, Column, TableSpec, audit_spec
 
 log = logging.getLogger(__name__)
@@ -673,6 +675,62 @@ class BigQueryWarehouse(Warehouse):
             day += dt.timedelta(days=1)
         rows = [r for r in rows if start_utc <= r["hour"] < end_utc]
         return sorted(rows, key=lambda r: (r["hour"], r["site"]))
+
+    def published_sample_rows(self, first: dt.date, last: dt.date) -> list[dict[str, Any]]:
+        """One query job over the days' partitions of ``pageviews_sample``: it bills the bytes
+        of these columns in those partitions (at least 10 MB), as any query
+        (cloud.google.com/bigquery/pricing); empty, with no job, if the table does not exist."""
+        if last < first:
+            raise ValueError(f"last day {last} is before first day {first}")
+        table = schema.PAGEVIEWS_SAMPLE_TABLE
+        if table not in self._existing():
+            return []
+        return self._query_rows(
+            f"SELECT {', '.join(SAMPLE_PREVIEW_COLUMNS)} FROM {self._sql_table(table)} "
+            "WHERE event_date BETWEEN @first AND @last ORDER BY site, event_ts",
+            [
+                bigquery.ScalarQueryParameter("first", "DATE", first),
+                bigquery.ScalarQueryParameter("last", "DATE", last),
+            ],
+        )
+
+    def compare_rollup(self, table: str, day: dt.date, human_class: str) -> RollupComparison:
+        """One query job (the day and the class as parameters); it bills the day's
+        ``site``, ``page_path``, ``traffic_class`` and ``visitor_id`` of ``pageviews`` and the
+        rollup's partition (at least 10 MB per table; cloud.google.com/bigquery/pricing).
+        Raises WarehouseError if ``pageviews`` or ``table`` is missing."""
+        for name in (schema.PAGEVIEWS_TABLE, table):
+            if name not in self._existing():
+                raise WarehouseError(f"table {self.table_id(name)} does not exist: publish {day}")
+        sql = rollup_compare.comparison_sql(table, self._sql_table, lambda name: f"@{name}")
+        rows = self._query_rows(
+            sql,
+            [
+                bigquery.ScalarQueryParameter("day", "DATE", day),
+                bigquery.ScalarQueryParameter("human", "STRING", human_class),
+            ],
+        )
+        return rollup_compare.comparison_result(table, day, rows)
+
+    def _query_rows(
+        self, sql: str, parameters: list[bigquery.ScalarQueryParameter]
+    ) -> list[dict[str, Any]]:
+        """The rows of one read-only query job in standard SQL with named ``parameters``,
+        labelled ``app=bq_platform``, retried with the client's retry objects."""
+        config = bigquery.QueryJobConfig(
+            query_parameters=parameters, use_legacy_sql=False, labels={"app": "bq_platform"}
+        )
+        job = self.client.query(
+            sql,
+            job_config=config,
+            project=self.project,
+            location=self.location,
+            retry=self.retry,
+            timeout=self.request_timeout_s,
+            job_retry=self.job_retry,
+        )
+        rows = job.result(retry=self.retry, timeout=self.request_timeout_s * 10)
+        return [dict(row.items()) for row in rows]
 
     def close(self) -> None:
         """Close the client's HTTP session."""

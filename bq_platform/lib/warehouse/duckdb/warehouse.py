@@ -28,8 +28,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from bq_platform.lib.warehouse import ledger, rules, schema
+from bq_platform.lib.warehouse import ledger, rollup_compare, rules, schema
 from bq_platform.lib.warehouse.base import (
+    SAMPLE_PREVIEW_COLUMNS,
     Job,
     JobConflictError,
     JobStatus,
@@ -55,6 +56,7 @@ from bq_platform.lib.warehouse.duckdb.sql import (
     utc,
     utc_now,
 )
+from bq_platform.lib.warehouse.rollup_compare import RollupComparison
 from bq_platform.lib.warehouse.schema import AUDIT_TABLE, TableSpec, audit_spec
 
 log = logging.getLogger(__name__)
@@ -540,6 +542,31 @@ class DuckDBWarehouse(Warehouse):
         return {(utc(hour), fingerprint) for hour, fingerprint in rows}
 
     # ----------------------------------------------------------------- reads
+
+    def published_sample_rows(self, first: dt.date, last: dt.date) -> list[dict[str, Any]]:
+        """One ``SELECT`` of the days' partitions; empty if the table does not exist."""
+        if last < first:
+            raise ValueError(f"last day {last} is before first day {first}")
+        columns = ", ".join(ident(c) for c in SAMPLE_PREVIEW_COLUMNS)
+        with self._connect() as con:
+            if not table_columns(con, schema.PAGEVIEWS_SAMPLE_TABLE):
+                return []
+            cursor = con.execute(
+                f"SELECT {columns} FROM {ident(schema.PAGEVIEWS_SAMPLE_TABLE)} "
+                "WHERE event_date BETWEEN ? AND ? ORDER BY site, event_ts",
+                [first, last],
+            )
+            return dicts(cursor)
+
+    def compare_rollup(self, table: str, day: dt.date, human_class: str) -> RollupComparison:
+        """One ``SELECT``. Raises WarehouseError if ``pageviews`` or ``table`` is missing."""
+        sql = rollup_compare.comparison_sql(table, ident, lambda name: f"${name}")
+        with self._connect() as con:
+            for name in (schema.PAGEVIEWS_TABLE, table):
+                if not table_columns(con, name):
+                    raise WarehouseError(f"table {name} does not exist: publish {day} first")
+            cursor = con.execute(sql, {"day": day, "human": human_class})
+            return rollup_compare.comparison_result(table, day, dicts(cursor))
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Rows (dicts, timestamps in UTC) of one read-only statement, values as ``?``
