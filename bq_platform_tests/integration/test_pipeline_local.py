@@ -112,6 +112,8 @@ def test_real_logs_day_publishes_and_rerun_changes_nothing(local_env, access_log
         "sample_ratio": 1,
         "deadletters_match_manifests": 1,
         "all_hours_complete": 1,
+        "rollup_equals_published": 2,
+        "human_visitors_exact": 2,
     }
     assert all(passed for _, _, passed in checks), [c for c in checks if not c[2]]
     jobs_before = local_env.query("SELECT count(*) AS n FROM _bq_platform_jobs")[0]["n"]
