@@ -55,7 +55,7 @@ from bq_platform.lib.hourly_build.read import (
     sql_conf,
 )
 from bq_platform.lib.hourly_build.superseded import record_superseded, superseded_units
-from bq_platform.lib.hourly_build.traffic import classify_pages
+from bq_platform.lib.hourly_build.traffic import classify_pages, visitor_activity
 from bq_platform.lib.hourly_build.transform import (
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
@@ -66,7 +66,6 @@ from bq_platform.lib.hourly_build.transform import (
 from bq_platform.lib.landing.deliveries import landed_hours, unreadable_landed_file, verify_landed
 from bq_platform.lib.landing.index import list_sites
 from bq_platform.lib.storage.base import ObjectStore
-from bq_platform.lib.traffic.classes import BOT_CLASSES, HUMAN
 from bq_platform.lib.traffic.thresholds import ClassificationThresholds
 from bq_platform.lib.traffic.version import classifier_version
 
@@ -259,24 +258,23 @@ def build_hours(
     return manifests
 
 
-def site_hour_traffic(pages: DataFrame) -> DataFrame:
-    """Per site-hour (``unit_no``) of classified ``pages``: ``visitors`` (distinct
-    ``visitor_id``), ``sampled`` (distinct visitors of the sample), ``human`` and ``bot``
-    (``bot`` and ``suspected_bot``) pages. One Spark job."""
-    visitor = F.col("visitor_id")
-    return pages.groupBy("unit_no").agg(
-        F.count_distinct(visitor).alias("visitors"),
-        F.count_distinct(F.when(F.col("in_sample"), visitor)).alias("sampled"),
-        F.count_if(F.col("traffic_class") == HUMAN).alias("human"),
-        F.count_if(F.col("traffic_class").isin(*BOT_CLASSES)).alias("bot"),
+def site_hour_visitors(activity: DataFrame) -> DataFrame:
+    """Per site-hour (``unit_no``) of a pass's
+    :func:`~bq_platform.lib.hourly_build.traffic.visitor_activity`: ``visitors`` (distinct
+    ``visitor_id`` of the pages) and ``sampled`` (those in the sample). One Spark job over the
+    visitor rows, not the lines."""
+    return activity.groupBy("unit_no").agg(
+        F.count_if(F.col("visitor_pages") > 0).alias("visitors"),
+        F.count_if(F.col("visitor_sampled")).alias("sampled"),
     )
 
 
-def site_hour_bot_reasons(pages: DataFrame) -> DataFrame:
-    """Per site-hour (``unit_no``) and ``bot_reason`` of the classified ``pages`` that are not
-    human: ``pages``. Few rows (the reasons of one site-hour), no distinct count. One Spark
-    job."""
-    return pages.where(F.col("bot_reason").isNotNull()).groupBy("unit_no", "bot_reason").count()
+def site_hour_classes(pages: DataFrame) -> DataFrame:
+    """Per site-hour (``unit_no``) and ``bot_reason`` of the classified ``pages``: ``pages``.
+    The row whose ``bot_reason`` is null counts the human pages (a page has a reason exactly
+    when it is not human); the others, each reason's ``bot`` and ``suspected_bot`` pages.
+    Few rows (the reasons of a site-hour), no distinct count. One Spark job."""
+    return pages.groupBy("unit_no", "bot_reason").agg(F.count(F.lit(1)).alias("pages"))
 
 
 def _run_spark(
@@ -288,15 +286,17 @@ def _run_spark(
     per_file: dict[str, dict[str, Any]],
     visitors: dict[tuple[str, str], tuple[int, int]],
     log: logging.Logger,
-    window: HourWindow | None = None,
-    thresholds: ClassificationThresholds | None = None,
-    traffic: dict[tuple[str, str], tuple[int, int]] | None = None,
-    bot_reasons: dict[tuple[str, str], dict[str, int]] | None = None,
-    classify: bool = True,
+    *,
+    window: HourWindow | None,
+    thresholds: ClassificationThresholds,
+    traffic: dict[tuple[str, str], tuple[int, int]],
+    bot_reasons: dict[tuple[str, str], dict[str, int]],
+    classify: bool,
 ) -> None:
     """Read, classify, count and write; fills ``per_file``, ``visitors``, ``traffic`` (human
-    and bot pages per site and hour label) and ``bot_reasons`` (per site and hour label, the
-    bot pages per ``bot_reason``; a site-hour without bot pages has no entry)."""
+    and bot pages per site and hour label; none when ``classify`` is False) and
+    ``bot_reasons`` (per site and hour label, the bot pages per ``bot_reason``; a site-hour
+    without bot pages has no entry)."""
     full_prefix, sample_prefix, dead_prefix = prefixes
     t0 = time.monotonic()
     with sql_conf(spark, BUILD_SQL_CONF):
@@ -305,6 +305,7 @@ def _run_spark(
             lines, visitor_key=visitor_key, window=window, keep=("file_no", "unit_no")
         )
         rows = slim(classified).persist()
+        activity: DataFrame | None = None
         try:
             category = F.col("category")
             counts = file_counts(rows).collect()
@@ -334,19 +335,18 @@ def _run_spark(
                         k: v for k, v in samples.items() if v is not None
                     }
             pages = rows.where(category == CATEGORY_PAGE)
-            classified_pages = classify_pages(
-                rows, pages, thresholds or ClassificationThresholds(), classify=classify
-            )
+            activity = visitor_activity(rows)
             units = site_hour_units(kept)
-            for r in site_hour_traffic(classified_pages).collect():
-                unit = units[r["unit_no"]]
-                visitors[unit] = (int(r["visitors"]), int(r["sampled"]))
-                if traffic is not None:
-                    traffic[unit] = (int(r["human"]), int(r["bot"]))
-            if classify and bot_reasons is not None:
-                for r in site_hour_bot_reasons(classified_pages).collect():
-                    reasons_of = bot_reasons.setdefault(units[r["unit_no"]], {})
-                    reasons_of[r["bot_reason"]] = int(r["count"])
+            for r in site_hour_visitors(activity).collect():
+                visitors[units[r["unit_no"]]] = (int(r["visitors"]), int(r["sampled"]))
+            classified_pages = classify_pages(activity, pages, thresholds, classify=classify)
+            if classify:
+                for r in site_hour_classes(classified_pages).collect():
+                    unit, reason, n = units[r["unit_no"]], r["bot_reason"], int(r["pages"])
+                    human, bot = traffic.get(unit, (0, 0))
+                    traffic[unit] = (human + n, bot) if reason is None else (human, bot + n)
+                    if reason is not None:
+                        bot_reasons.setdefault(unit, {})[reason] = n
             n_lines = sum(int(r["lines_read"]) for r in counts)  # this pass's files only
             n_pages = sum(int(r[CATEGORY_PAGE]) for r in counts)
             log.info(
@@ -376,4 +376,6 @@ def _run_spark(
                 write_hour_folders(dead_letter_rows(dead), store.uri(dead_prefix))
             log.info("wrote Parquet (full, sample, dead letters) in %.1f s", time.monotonic() - t1)
         finally:
+            if activity is not None:
+                activity.unpersist()
             rows.unpersist()

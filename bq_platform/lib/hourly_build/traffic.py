@@ -7,7 +7,8 @@ What depends on the user agent alone, the crawler list's entry
 driver once per *distinct* user agent of the pass (:func:`user_agent_rows`), and joined back
 with a broadcast join: the pages of a build share few user agents. What depends on the visitor
 (:mod:`bq_platform.lib.traffic.heuristics`) is counted per site-hour and client address over
-every line of the hour, pages or not (a fetch of ``/robots.txt`` is no page).
+the hour's pages and ``/robots.txt`` fetches (a fetch of ``/robots.txt`` is no page), in one
+aggregation the build's visitor counts share (:func:`visitor_activity`).
 
 A line is ``bot`` when its user agent is on the list, else ``suspected_bot`` when a heuristic
 of the configured :class:`~bq_platform.lib.traffic.thresholds.ClassificationThresholds` marks
@@ -16,11 +17,12 @@ else ``human``. A line of a format without a user-agent field (Common Log Format
 entry, no families, and is classified by the visitor heuristics alone.
 """
 
+import json
 from collections.abc import Iterable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from bq_platform.lib.hourly_build.transform import CATEGORY_PAGE
 from bq_platform.lib.traffic.classes import BOT, HUMAN, SUSPECTED_BOT
@@ -46,7 +48,7 @@ USER_AGENT_SCHEMA = StructType(
         StructField("device_family", StringType(), True),
     ]
 )
-#: Column set on the lines :func:`classify_pages` needs beside the pages: fetches of
+#: Column set on the lines :func:`visitor_activity` reads beside the pages: fetches of
 #: ``/robots.txt`` (any method and status, in the hour's window).
 ROBOTS_TXT_COLUMN = "robots_txt"
 
@@ -71,23 +73,46 @@ def user_agent_rows(user_agents: Iterable[str | None]) -> list[tuple[str, ...]]:
 
 
 def user_agent_frame(spark: SparkSession, user_agents: Iterable[str | None]) -> DataFrame:
-    """:func:`user_agent_rows` as a small DataFrame of :data:`USER_AGENT_SCHEMA`, built from
-    literals in the plan: no Python-side server hands data to the JVM (``createDataFrame``
-    from local rows starts one), so a signal that stops the build never lands in one."""
+    """:func:`user_agent_rows` as a small DataFrame of :data:`USER_AGENT_SCHEMA`.
+
+    The rows travel as one JSON literal that the plan parses (``from_json`` then ``inline``):
+    one expression to analyse and generate code for, however many agents there are, and no
+    Python-side server that hands data to the JVM (``createDataFrame`` from local rows starts
+    one), so a signal that stops the build never lands in one."""
     names = USER_AGENT_SCHEMA.fieldNames()
-    structs = [
-        F.struct(
-            *[F.lit(value).cast("string").alias(n) for n, value in zip(names, row, strict=True)]
+    rows = [dict(zip(names, row, strict=True)) for row in user_agent_rows(user_agents)]
+    parsed = F.from_json(F.lit(json.dumps(rows)), ArrayType(USER_AGENT_SCHEMA))
+    return spark.range(1).select(F.inline(parsed))
+
+
+def visitor_activity(lines: DataFrame) -> DataFrame:
+    """Per visitor of a site-hour (``unit_no``, ``client``): ``visitor_pages`` (its pages),
+    ``visitor_robots_txt`` (it fetched ``/robots.txt``) and ``visitor_sampled`` (it is in
+    the sample), persisted: the first query that reads it computes it; the caller unpersists
+    it after the pass.
+
+    Both the visitor heuristics (:func:`marked_visitors`) and the build's visitor counts read
+    it, so the lines are grouped by visitor once per pass. ``lines`` are the pass's lines with
+    ``unit_no``, ``client``, ``category``, ``in_sample`` and :data:`ROBOTS_TXT_COLUMN`;
+    ``unit_no`` and ``client`` are null on lines that are neither pages nor robots.txt
+    fetches, which are left out. A client's pages share one ``visitor_id`` (its keyed hash),
+    so one row with ``visitor_pages > 0`` is one distinct ``visitor_id`` of the site-hour.
+    """
+    keyed = lines.where(F.col("unit_no").isNotNull() & F.col("client").isNotNull())
+    page = F.col("category") == CATEGORY_PAGE
+    return (
+        keyed.groupBy("unit_no", "client")
+        .agg(
+            F.count_if(page).alias("visitor_pages"),
+            F.bool_or(F.col(ROBOTS_TXT_COLUMN)).alias("visitor_robots_txt"),
+            F.bool_or(page & F.col("in_sample")).alias("visitor_sampled"),
         )
-        for row in user_agent_rows(user_agents)
-    ]
-    if not structs:
-        return spark.range(0).select(*[F.lit(None).cast("string").alias(n) for n in names])
-    return spark.range(1).select(F.inline(F.array(*structs)))
+        .persist()
+    )
 
 
 def classify_pages(
-    lines: DataFrame,
+    activity: DataFrame,
     pages: DataFrame,
     thresholds: ClassificationThresholds,
     *,
@@ -96,23 +121,22 @@ def classify_pages(
     """``pages`` with the traffic columns appended.
 
     Args:
-        lines: the pass's lines with ``unit_no`` (the site-hour), ``client``, ``category`` and
-            :data:`ROBOTS_TXT_COLUMN`; ``unit_no`` and ``client`` may be null on lines that are
-            neither pages nor robots.txt fetches.
-        pages: the pass's pages (a subset of ``lines``), with ``unit_no``, ``client``,
-            ``category``, ``user_agent`` and ``user_agent_field``.
+        activity: the pass's :func:`visitor_activity`.
+        pages: the pass's pages, with ``unit_no``, ``client``, ``category``, ``user_agent``
+            and ``user_agent_field``.
         thresholds: which heuristics run.
-        classify: False skips the whole traffic step (no job, no per-visitor counts, no
-            joins) and leaves the five columns null. It exists only so that the benchmark
-            (``benchmarks/benchmark.py``) can measure what the classification costs: rows
-            built so have no class and break the ``pageviews = human + bot`` identity, so it
-            must never be used for data that is published.
+        classify: False skips the whole traffic step (no job, no joins) and leaves the five
+            columns null. It exists only so that the benchmark (``benchmarks/benchmark.py``)
+            can measure what the classification costs: rows built so have no class and break
+            the ``pageviews = human + bot`` identity, so it must never be used for data that
+            is published.
 
     Returns:
         ``pages``' columns, then ``traffic_class``, ``bot_reason``, ``browser_family``,
-        ``os_family``, ``device_family``; one row per page. Runs one Spark job to collect the
-        distinct user agents and one for :func:`marked_visitors` (none when ``classify`` is
-        False).
+        ``os_family``, ``device_family``; one row per page. A page's ``bot_reason`` is null
+        exactly when its class is ``human``. Runs one Spark job to collect the distinct user
+        agents and one to keep their table (none when ``classify`` is False); the visitors a
+        heuristic marks are broadcast from ``activity``.
     """
     if not classify:
         unset = F.lit(None).cast("string")
@@ -122,12 +146,12 @@ def classify_pages(
         )
     spark = pages.sparkSession
     agents = [r[0] for r in pages.select("user_agent").distinct().collect()]
-    # Checkpointed: the literals are planned once, not in every query that joins them.
+    # Kept: the agents' table is computed once, not in every query that joins it.
     per_agent = F.broadcast(
         user_agent_frame(spark, agents).localCheckpoint(eager=True)
     ).withColumnRenamed("user_agent", "agent")
     joined = pages.join(per_agent, F.col("user_agent") == F.col("agent"), "left")
-    marked = marked_visitors(lines, thresholds)
+    marked = marked_visitors(activity, thresholds)
     if marked is None:
         joined = joined.select(
             "*",
@@ -154,29 +178,24 @@ def classify_pages(
     )
 
 
-def marked_visitors(lines: DataFrame, thresholds: ClassificationThresholds) -> DataFrame | None:
-    """The visitors (``unit_no``, ``client``) a visitor heuristic marks, with
-    ``visitor_pages`` and ``visitor_robots_txt``; None when no visitor heuristic runs.
+def marked_visitors(activity: DataFrame, thresholds: ClassificationThresholds) -> DataFrame | None:
+    """The visitors (``unit_no``, ``client``) of :func:`visitor_activity` that a visitor
+    heuristic marks, with ``visitor_pages`` and ``visitor_robots_txt``; None when no visitor
+    heuristic runs.
 
     Marked visitors are few (a page-rate offender has more than the threshold's pages; a
-    robots.txt fetch is rare), so the result is computed once, kept on the executors
-    (``localCheckpoint``) and broadcast to every use of the classified pages: the pages
-    themselves are never shuffled to meet their visitor's counts. Runs one Spark job.
+    robots.txt fetch is rare), so they are broadcast to every use of the classified pages:
+    the pages themselves are never shuffled to meet their visitor's counts.
     """
     limit = thresholds.max_pages_per_visitor_hour
     if limit is None and not thresholds.robots_txt_marks_visitor:
         return None
-    keyed = lines.where(F.col("unit_no").isNotNull() & F.col("client").isNotNull())
-    visitors = keyed.groupBy("unit_no", "client").agg(
-        F.count_if(F.col("category") == CATEGORY_PAGE).alias("visitor_pages"),
-        F.bool_or(F.col(ROBOTS_TXT_COLUMN)).alias("visitor_robots_txt"),
-    )
     marks = F.lit(False)
     if thresholds.robots_txt_marks_visitor:
         marks = marks | F.col("visitor_robots_txt")
     if limit is not None:
         marks = marks | (F.col("visitor_pages") > limit)
-    return visitors.where(marks).localCheckpoint(eager=True)
+    return activity.where(marks).select("unit_no", "client", "visitor_pages", "visitor_robots_txt")
 
 
 def _reason(thresholds: ClassificationThresholds) -> Column:
