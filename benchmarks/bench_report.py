@@ -136,20 +136,10 @@ def summary_text(report: dict) -> str:
     """A few lines per scale for the console."""
     lines = []
     for r in report["results"]:
-        d = derived(r)
-        lines.append(
-            f"{r['scale']}x {r['lines']:,} lines: bare Spark {r['bare_spark']['seconds']:.1f} s, "
-            f"bare DuckDB {r['bare_duckdb']['seconds']:.1f} s, land {r['land']['seconds']:.1f} s "
-            f"({d['land_lines_per_s']:,.0f} lines/s), run {r['run']['seconds']:.1f} s; "
-            f"run/Spark {d['run_vs_spark']:.2f}x, land+run/Spark {d['land_run_vs_spark']:.2f}x, "
-            f"run/DuckDB {d['run_vs_duckdb']:.2f}x; overhead {d['overhead_s_day']:.1f} s/day; "
-            f"peak JVM {r['run']['peak_jvm_mib']} MiB, "
-            f"driver Python {r['run']['peak_python_mib']} MiB; "
-            f"CPU s (JVM + Python): run {_cpu(r['run'], 'jvm')} + {_cpu(r['run'], 'python')}, "
-            f"bare Spark {_cpu(r['bare_spark'], 'jvm')} + {_cpu(r['bare_spark'], 'python')}"
-        )
-        if trials_sentence(r):
-            lines.append("  " + trials_sentence(r))
+        if "run" not in r:  # --only-classification: no pipeline and no bare jobs were run
+            lines.append(f"{r['scale']}x {r['lines']:,} lines")
+        else:
+            lines += _pipeline_summary(r)
         cost = classification_figures(r)
         if cost is not None:
             lines.append(
@@ -161,6 +151,25 @@ def summary_text(report: dict) -> str:
     if _busy(report):
         lines.append("NOTE: the load average exceeded the core count: the machine was busy.")
     return "\n".join(lines)
+
+
+def _pipeline_summary(r: dict) -> list[str]:
+    """The console lines of one scale's pipeline and bare-engine figures."""
+    d = derived(r)
+    lines = [
+        f"{r['scale']}x {r['lines']:,} lines: bare Spark {r['bare_spark']['seconds']:.1f} s, "
+        f"bare DuckDB {r['bare_duckdb']['seconds']:.1f} s, land {r['land']['seconds']:.1f} s "
+        f"({d['land_lines_per_s']:,.0f} lines/s), run {r['run']['seconds']:.1f} s; "
+        f"run/Spark {d['run_vs_spark']:.2f}x, land+run/Spark {d['land_run_vs_spark']:.2f}x, "
+        f"run/DuckDB {d['run_vs_duckdb']:.2f}x; overhead {d['overhead_s_day']:.1f} s/day; "
+        f"peak JVM {r['run']['peak_jvm_mib']} MiB, "
+        f"driver Python {r['run']['peak_python_mib']} MiB; "
+        f"CPU s (JVM + Python): run {_cpu(r['run'], 'jvm')} + {_cpu(r['run'], 'python')}, "
+        f"bare Spark {_cpu(r['bare_spark'], 'jvm')} + {_cpu(r['bare_spark'], 'python')}"
+    ]
+    if trials_sentence(r):
+        lines.append("  " + trials_sentence(r))
+    return lines
 
 
 def _fmt(value: float) -> str:
@@ -313,7 +322,9 @@ def classification_markdown(results: list[dict]) -> list[str]:
     seconds with and without the classification, their ratio against
     :data:`CLASSIFICATION_COST_LIMIT`, the wall seconds, the distinct user agents of the data
     and the share of bot pages (``bot`` and ``suspected_bot``); then each scale's trials when
-    there were several. No lines when no scale measured it."""
+    there were several; with two scales or more, the cost per line between the smallest and the
+    largest (the growth of the CPU seconds with over the growth without). No lines when no scale
+    measured it."""
     measured = [(r, classification_figures(r)) for r in results]
     measured = [(r, f) for r, f in measured if f is not None]
     if not measured:
@@ -340,6 +351,24 @@ def classification_markdown(results: list[dict]) -> list[str]:
             f"| {agents} | {f['bot_pageviews']:,} of {f['pageviews']:,} "
             f"({f['bot_share']:.1%}) |"
         )
+    if len(measured) > 1:
+        by_scale = sorted(measured, key=lambda m: m[0]["scale"])
+        (small, f0), (large, f1) = by_scale[0], by_scale[-1]
+        grown_with, grown_without = (
+            f1["with_cpu"] - f0["with_cpu"],
+            f1["without_cpu"] - f0["without_cpu"],
+        )
+        if grown_without > 0:
+            per_line = grown_with / grown_without
+            met = "met" if per_line <= CLASSIFICATION_COST_LIMIT else "NOT met"
+            out += [
+                "",
+                f"Per line, from {small['scale']}x to {large['scale']}x: the CPU seconds the "
+                f"extra lines cost, with / without = {grown_with:.1f} / {grown_without:.1f} = "
+                f"**{per_line:.3f}x** (target {met}). The rest of a build's difference is fixed "
+                "per build (the JIT compiling the extra plans), which weighs most at the "
+                "smallest scale.",
+            ]
     for r, _ in measured:
         trials = r["classification"].get("trials") or {}
         if len(trials.get("with", [])) > 1:

@@ -140,6 +140,20 @@ def test_the_classification_table_gives_the_build_s_cpu_with_and_without() -> No
     assert bench_report.classification_markdown([{"scale": 1}]) == []
 
 
+def test_the_cost_per_line_is_the_growth_with_over_the_growth_without() -> None:
+    small = _cost_result(1)  # 55 with, 50 without
+    large = _cost_result(16)
+    large["classification"]["with"]["cpu_jvm_s"] = 530.0  # 535 with
+    large["classification"]["without"]["cpu_jvm_s"] = 496.0  # 500 without
+    text = "\n".join(bench_report.classification_markdown([large, small]))
+    assert "from 1x to 16x" in text
+    assert "480.0 / 450.0 = **1.067x** (target met)" in text
+    large["classification"]["with"]["cpu_jvm_s"] = 560.0  # 565: 510 / 450
+    text = "\n".join(bench_report.classification_markdown([small, large]))
+    assert "510.0 / 450.0 = **1.133x** (target NOT met)" in text
+    assert "Per line" not in "\n".join(bench_report.classification_markdown([small]))
+
+
 def test_the_classification_s_trials_are_named_and_its_load_counts() -> None:
     result = _cost_result(1, {"with": [55.0, 54.1, 57.2], "without": [50.0, 49.5, 51.0]})
     text = "\n".join(bench_report.classification_markdown([result]))
@@ -168,6 +182,12 @@ def test_only_the_classification_block_is_written_for_a_classification_only_run(
     path.write_text(f"# Performance\n\n{main}\n")
 
     bench_report.write_markdown(report, path, "classification")
+    # the console summary has no pipeline figures to give, only the scale and its cost
+    assert bench_report.summary_text(report).splitlines() == [
+        "1x 2,000,000 lines",
+        "  classification: build CPU s 55.0 with, 50.0 without (1.10x, target <= 1.10x); "
+        "1234 distinct user agents, bot pages 37.5%",
+    ]
 
     text = path.read_text()
     assert main in text

@@ -550,23 +550,7 @@ class BigQueryWarehouse(Warehouse):
     def _run_dml(self, sql: str, params: Sequence[Any]) -> None:
         """Run one DML statement as a query job and wait; :attr:`conflict_retry` runs it again
         when it lost a concurrent update."""
-        config = bigquery.QueryJobConfig(
-            query_parameters=list(params), use_legacy_sql=False, labels={"app": "bq_platform"}
-        )
-
-        def run() -> None:
-            job = self.client.query(
-                sql,
-                job_config=config,
-                project=self.project,
-                location=self.location,
-                retry=self.retry,
-                timeout=self.request_timeout_s,
-                job_retry=self.job_retry,
-            )
-            job.result(retry=self.retry, timeout=self.request_timeout_s * 10)
-
-        self.conflict_retry(run)()
+        self.conflict_retry(lambda: self._query_job(sql, params))()
 
     def _list_rows(self, destination: str, columns: Sequence[Column]) -> list[dict[str, Any]]:
         """``tabledata.list`` of a table or ``table$YYYYMMDD`` as dicts of ``columns`` (asked by
@@ -715,10 +699,16 @@ class BigQueryWarehouse(Warehouse):
     def _query_rows(
         self, sql: str, parameters: list[bigquery.ScalarQueryParameter]
     ) -> list[dict[str, Any]]:
-        """The rows of one read-only query job in standard SQL with named ``parameters``,
-        labelled ``app=bq_platform``, retried with the client's retry objects."""
+        """The rows of one read-only query job (:meth:`_query_job`), as dicts."""
+        return [dict(row.items()) for row in self._query_job(sql, parameters)]
+
+    def _query_job(self, sql: str, parameters: Sequence[Any]) -> bigquery.table.RowIterator:
+        """Run one query job in standard SQL with named ``parameters``, labelled
+        ``app=bq_platform``, retried with the client's retry objects, and wait for its rows."""
         config = bigquery.QueryJobConfig(
-            query_parameters=parameters, use_legacy_sql=False, labels={"app": "bq_platform"}
+            query_parameters=list(parameters),
+            use_legacy_sql=False,
+            labels={"app": "bq_platform"},
         )
         job = self.client.query(
             sql,
@@ -729,8 +719,7 @@ class BigQueryWarehouse(Warehouse):
             timeout=self.request_timeout_s,
             job_retry=self.job_retry,
         )
-        rows = job.result(retry=self.retry, timeout=self.request_timeout_s * 10)
-        return [dict(row.items()) for row in rows]
+        return job.result(retry=self.retry, timeout=self.request_timeout_s * 10)
 
     def close(self) -> None:
         """Close the client's HTTP session."""
