@@ -70,6 +70,8 @@ class FakeWarehouse(Warehouse):
         submit_results: job ID -> status :meth:`_insert_job` returns (default: DONE, 7 rows).
         conflicts: job ID -> status of the job "another run" submitted first: inserting it
             raises :class:`JobConflictError` and the job appears with that status.
+        unreadable: job IDs whose insert answers 409 and whose lookup finds nothing, as for
+            an ID held by a job past BigQuery's job history.
         wait_results: job ID -> status :meth:`wait_job` ends with (default: DONE, 7 rows).
         rows: destination (``pageviews$19950801``) -> rows, set by each succeeded job.
         used_today: what :meth:`jobs_submitted` answers.
@@ -85,6 +87,7 @@ class FakeWarehouse(Warehouse):
         self.destinations: dict[str, str] = {}
         self.submit_results: dict[str, JobStatus] = {}
         self.conflicts: dict[str, JobStatus] = {}
+        self.unreadable: set[str] = set()
         self.wait_results: dict[str, JobStatus] = {}
         self.used_today = 0
         self.clock = T_CREATED
@@ -143,6 +146,8 @@ class FakeWarehouse(Warehouse):
     def _insert_job(self, job: Job) -> JobStatus:
         self.calls.append(("_insert_job", job.job_id))
         self.destinations[job.job_id] = job.destination
+        if job.job_id in self.unreadable:
+            raise JobConflictError(f"409: {job.job_id}")
         if job.job_id in self.conflicts:
             self.seed(self.conflicts[job.job_id], job.destination)
             raise JobConflictError(f"409: {job.job_id}")

@@ -3,7 +3,9 @@
 For generation g = 0, 1, ...: build the job's deterministic ID (:mod:`bq_platform.lib.core.job_ids`)
 and look it up (:func:`~bq_platform.lib.publish.job_decisions.decide`):
 
-- not found -> check the budget, submit; a 409 on insert means another run submitted it: adopt;
+- not found -> check the budget, submit; a 409 on insert means another run submitted it:
+  adopt it; if the job still cannot be read (:meth:`~bq_platform.lib.warehouse.base.Warehouse.
+  get_existing_job`), its ID is held by a job past the backend's job history: next generation;
 - PENDING/RUNNING -> adopt it and wait;
 - DONE, succeeded -> skip while the destination still holds what the job wrote
   (:func:`~bq_platform.lib.publish.job_decisions.stale_reason`), else next generation:
@@ -23,7 +25,15 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Literal
 
-from bq_platform.lib.publish.job_decisions import MAX_GENERATIONS, decide, exhausted_error
+from google.cloud.bigquery.retry import job_retry_reasons
+
+from bq_platform.lib.publish.job_decisions import (
+    MAX_GENERATIONS,
+    decide,
+    exhausted_error,
+    first_generation,
+    generation_of,
+)
 from bq_platform.lib.publish.quota import JobBudget
 from bq_platform.lib.warehouse.base import (
     Job,
@@ -35,8 +45,12 @@ from bq_platform.lib.warehouse.base import (
 )
 from bq_platform.lib.warehouse.rules import split_destination
 
-#: Job error reasons worth a new generation after a backoff (error-messages page).
-RETRYABLE_JOB_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded"})
+#: Job error reasons worth a new generation after a backoff: the error-messages page's
+#: transient reasons, and the job reasons google-cloud-bigquery's ``DEFAULT_JOB_RETRY``
+#: resubmits a job for (``google.cloud.bigquery.retry.job_retry_reasons``).
+RETRYABLE_JOB_REASONS = frozenset(
+    {"backendError", "internalError", "rateLimitExceeded", *job_retry_reasons}
+)
 #: Transient failures of one job retried before the step fails.
 MAX_JOB_RETRIES = 3
 #: Backoff before the n-th retry: uniform in [0, min(BASE * 2**n, CAP)] seconds (full jitter).
@@ -74,9 +88,11 @@ class JobOutcome:
 
 @dataclasses.dataclass
 class _BatchReads:
-    """What :func:`run_idempotent_jobs` reads for all its jobs before it submits any:
-    generation 0's statuses, and with a budget each table's job count on UTC ``day``. Used
-    while ``active`` (the first phase); later lookups are made one by one."""
+    """What :func:`run_idempotent_jobs` reads for all its jobs before it submits any: the
+    status of each one's first generation
+    (:func:`~bq_platform.lib.publish.job_decisions.first_generation`), and with a budget each
+    table's job count on UTC ``day``. Used while ``active`` (the first phase); later lookups
+    are made one by one."""
 
     statuses: dict[str, JobStatus | None]
     used: dict[str, int] | None
@@ -87,7 +103,17 @@ class _BatchReads:
     def read(
         cls, warehouse: Warehouse, requests: Sequence["JobRequest"], budget: JobBudget | None
     ) -> "_BatchReads":
-        jobs = [request.make_job(0) for request in requests]
+        jobs = [
+            request.make_job(
+                first_generation(
+                    warehouse,
+                    request.make_job,
+                    fingerprint=request.fingerprint,
+                    partition=request.partition,
+                )
+            )
+            for request in requests
+        ]
         day = dt.datetime.now(dt.UTC).date()
         tables = [split_destination(job.destination)[0] for job in jobs]
         return cls(
@@ -97,7 +123,7 @@ class _BatchReads:
         )
 
     def status(self, warehouse: Warehouse, job_id: str) -> JobStatus | None:
-        """Generation 0's status as read for the batch (once), else ``jobs.get``."""
+        """The first generation's status as read for the batch (once), else ``jobs.get``."""
         if self.active and job_id in self.statuses:
             return self.statuses.pop(job_id)
         return warehouse.get_job(job_id)
@@ -128,12 +154,6 @@ class _Done:
 
     outcome: JobOutcome
     record: PublishRecord | None = None
-
-
-def _generation_of(job_id: str, default: int) -> int:
-    """The generation in a job ID's ``_g<generation>`` suffix."""
-    _, sep, tail = job_id.rpartition("_g")
-    return int(tail) if sep and tail.isdigit() else default
 
 
 def run_idempotent_job(
@@ -265,7 +285,8 @@ def _job_machine(
     its final status, and returns the :class:`_Done` with the record to write."""
     make_job, fingerprint, partition = request.make_job, request.fingerprint, request.partition
     retries = 0
-    for generation in range(MAX_GENERATIONS):
+    start = first_generation(warehouse, make_job, fingerprint=fingerprint, partition=partition)
+    for generation in range(start, MAX_GENERATIONS):
         decision = decide(
             warehouse,
             make_job,
@@ -291,10 +312,16 @@ def _job_machine(
                 action = "submitted"
                 _progress.debug("submitted job %s -> %s", job.job_id, job.destination)
             except JobConflictError:
-                log.info("job %s exists already (409): adopting it", job.job_id)
-                status = warehouse.get_job(job.job_id)
+                status = warehouse.get_existing_job(job.job_id)
                 if status is None:
-                    raise
+                    log.warning(
+                        "job %s: its insert answered 409 but the job cannot be read: the ID is "
+                        "held by a job past BigQuery's job history; trying generation %d",
+                        job.job_id,
+                        generation + 1,
+                    )
+                    continue
+                log.info("job %s exists already (409): adopting it", job.job_id)
                 action = "adopted"
             if reads is not None:
                 reads.submitted(job.destination)
@@ -334,7 +361,8 @@ def _job_machine(
         record = warehouse.read_publish_record(table, partition)
         if action == "skipped" and record is not None and record.fingerprint == fingerprint:
             if record.job_id != job.job_id:  # same content, published by a later generation
-                gen = _generation_of(record.job_id, generation)
+                gen = generation_of(record.job_id)
+                gen = generation if gen is None else gen
                 return _Done(JobOutcome(record.job_id, "skipped", gen, record.rows))
         rows = status.output_rows
         if rows is None and record is not None and record.fingerprint == fingerprint:

@@ -80,12 +80,38 @@ def decide(
     return Decision(job, generation, "skip", status, "already done for this content")
 
 
+def generation_of(job_id: str) -> int | None:
+    """The generation in a job ID's ``_g<generation>`` suffix, or None when it has none."""
+    _, sep, tail = job_id.rpartition("_g")
+    return int(tail) if sep and tail.isdigit() else None
+
+
+def first_generation(
+    warehouse: Warehouse, make_job: Callable[[int], Job], *, fingerprint: str, partition: str
+) -> int:
+    """The generation to look up first: the one whose job the publish record names, when the
+    record holds this ``fingerprint``; else 0.
+
+    The generations before it were spent when that job was chosen (failed, superseded, or
+    held by a job past BigQuery's job history of about six months, whose ID answers 409 to
+    an insert and 404 to ``jobs.get`` for ever), so a re-run does not try them again."""
+    table, _ = split_destination(make_job(0).destination)
+    record = warehouse.read_publish_record(table, partition)
+    if record is None or record.fingerprint != fingerprint:
+        return 0
+    generation = generation_of(record.job_id)
+    if generation is None or generation >= MAX_GENERATIONS:
+        return 0
+    return generation if make_job(generation).job_id == record.job_id else 0
+
+
 def first_decision(
     warehouse: Warehouse, make_job: Callable[[int], Job], *, fingerprint: str, partition: str
 ) -> Decision:
-    """The first generation whose verdict is not ``next`` (what a run would do now);
-    ``RuntimeError`` if all :data:`MAX_GENERATIONS` are spent."""
-    for generation in range(MAX_GENERATIONS):
+    """The first generation from :func:`first_generation` whose verdict is not ``next`` (what
+    a run would do now); ``RuntimeError`` if all :data:`MAX_GENERATIONS` are spent."""
+    start = first_generation(warehouse, make_job, fingerprint=fingerprint, partition=partition)
+    for generation in range(start, MAX_GENERATIONS):
         decision = decide(
             warehouse, make_job, generation, fingerprint=fingerprint, partition=partition
         )

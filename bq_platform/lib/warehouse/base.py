@@ -261,6 +261,13 @@ class Warehouse(abc.ABC):
     def get_job(self, job_id: str) -> JobStatus | None:
         """Look a job up by ID; None if no such job exists."""
 
+    def get_existing_job(self, job_id: str) -> JobStatus | None:
+        """:meth:`get_job` for a job that should exist: the ID was just inserted, or its insert
+        answered 409. None means it is still not found: its ID is held by a job the backend
+        no longer shows. This one answers at once; a backend whose lookups can lag behind its
+        inserts (BigQuery) retries a miss for a while."""
+        return self.get_job(job_id)
+
     @abc.abstractmethod
     def wait_job(self, job_id: str, timeout_s: float = 3600.0) -> JobStatus:
         """The job's status once DONE; TimeoutError if not DONE within ``timeout_s`` seconds."""

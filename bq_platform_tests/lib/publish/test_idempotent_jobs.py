@@ -58,6 +58,34 @@ def test_running_job_is_adopted_and_waited_for() -> None:
     assert wh.record() == (cid(FP_A, 0), FP_A, 11)
 
 
+def test_a_409_whose_job_cannot_be_read_moves_to_the_next_generation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ID held by a job past BigQuery's job history: its insert answers 409 and jobs.get
+    404, for ever. The next generation is a new ID, so the content is published once."""
+    wh = FakeWarehouse()
+    wh.unreadable.add(cid(FP_A, 0))
+
+    with caplog.at_level(logging.WARNING, logger="bq_platform.lib.publish.idempotent_jobs"):
+        outcome = run(wh, FP_A)
+
+    assert outcome == JobOutcome(cid(FP_A, 1), "submitted", 1, 7)
+    assert wh.calls_of("_insert_job") == [
+        ("_insert_job", cid(FP_A, 0)),
+        ("_insert_job", cid(FP_A, 1)),
+    ]
+    assert "the ID is held by a job past BigQuery's job history; trying generation 1" in (
+        caplog.text
+    )
+    assert wh.record() == (cid(FP_A, 1), FP_A, 7)
+    # a re-run, and the plan, start from the generation the publish record names
+    wh.calls.clear()
+    assert run(wh, FP_A) == JobOutcome(cid(FP_A, 1), "skipped", 1, 7)
+    assert wh.names("_insert_job") == []
+    plan = first_decision(wh, copy_maker(FP_A), fingerprint=FP_A, partition=DAY_PARTITION)
+    assert (plan.generation, plan.verdict) == (1, "skip")
+
+
 @pytest.mark.parametrize("state", ["PENDING", "RUNNING", "DONE"])
 def test_conflict_on_insert_adopts_the_other_runs_job(state: str) -> None:
     wh = FakeWarehouse()
@@ -196,7 +224,18 @@ def test_decide_explains_and_submits_nothing() -> None:
     assert wh.names("_insert_job", "wait_job", "_append_ledger_rows", "_create_table") == []
 
 
-@pytest.mark.parametrize("reason", ["backendError", "rateLimitExceeded", "internalError"])
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "backendError",
+        "rateLimitExceeded",
+        "internalError",
+        # the job reasons google-cloud-bigquery's DEFAULT_JOB_RETRY resubmits a job for
+        "jobBackendError",
+        "jobInternalError",
+        "jobRateLimitExceeded",
+    ],
+)
 def test_transient_job_failure_backs_off_and_runs_next_generation(
     reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -65,6 +65,10 @@ JOB_LIST_PAGE_SIZE = 1000
 #: Rows per ``tabledata.list`` page (BigQuery also cuts a page at about 10 MB;
 #: cloud.google.com/bigquery/docs/paging-results).
 LIST_PAGE_SIZE = 10_000
+#: How long a job that was just inserted, or whose insert answered 409, may answer 404 to
+#: ``jobs.get`` before it counts as gone, seconds: google-cloud-bigquery allows its own
+#: conflicts a third of its 10-minute default retry deadline (``google.cloud.bigquery.retry``).
+EXISTING_JOB_GRACE_S = 200.0
 
 
 def schema_fields(columns: Iterable[Column]) -> list[bigquery.SchemaField]:
@@ -144,6 +148,7 @@ class BigQueryWarehouse(Warehouse):
         request_timeout_s: HTTP timeout of each request, seconds.
         poll_initial_s, poll_max_s: first and largest wait between ``jobs.get`` polls,
             seconds (x1.5 per poll).
+        existing_job_grace_s: how long :meth:`get_existing_job` retries a 404, seconds.
         count_all_users: :meth:`jobs_submitted` counts every principal's jobs (needs
             ``bigquery.jobs.listAll``); default this principal's.
         job_id_prefix: prepended to every job ID sent, removed from those returned.
@@ -171,6 +176,7 @@ class BigQueryWarehouse(Warehouse):
         request_timeout_s: float = 60.0,
         poll_initial_s: float = 1.0,
         poll_max_s: float = 10.0,
+        existing_job_grace_s: float = EXISTING_JOB_GRACE_S,
         count_all_users: bool = False,
         job_id_prefix: str = "",
     ) -> None:
@@ -185,6 +191,7 @@ class BigQueryWarehouse(Warehouse):
         self.request_timeout_s = request_timeout_s
         self.poll_initial_s = poll_initial_s
         self.poll_max_s = poll_max_s
+        self.existing_job_grace_s = existing_job_grace_s
         self.count_all_users = count_all_users
         self.job_id_prefix = check_identifier(job_id_prefix, JOB_ID_PREFIX_RE, "job ID prefix")
         self.metadata_requests: collections.Counter[str] = collections.Counter()
@@ -395,18 +402,42 @@ class BigQueryWarehouse(Warehouse):
             self._cache.changed(destination.split("$", 1)[0], status.ended)
 
     def get_job(self, job_id: str) -> JobStatus | None:
-        """``jobs.get`` by the caller's ID. Raises WarehouseError if the job writes into
-        another project or dataset."""
+        """``jobs.get`` by the caller's ID; None on 404. Raises WarehouseError if the job
+        writes into another project or dataset."""
         try:
-            job = self.client.get_job(
-                self._bq_job_id(job_id),
-                project=self.project,
-                location=self.location,
-                retry=self.retry,
-                timeout=self.request_timeout_s,
-            )
+            return self._get_job(job_id)
         except api_exceptions.NotFound:
             return None
+
+    def get_existing_job(self, job_id: str) -> JobStatus | None:
+        """``jobs.get`` of a job just inserted or whose insert answered 409: a 404 is retried
+        (backoff from 1 s to 10 s) for up to :attr:`existing_job_grace_s` seconds, then None.
+
+        BigQuery can answer 404 for a job that exists right after ``jobs.insert`` or after a
+        409; google-cloud-bigquery retries exactly this for its own conflicts
+        (googleapis/python-bigquery#2134). A 404 that outlasts the grace is a job ID held by a
+        job past BigQuery's job history (about six months,
+        cloud.google.com/bigquery/docs/managing-jobs)."""
+        not_found = api_retry_module.Retry(
+            predicate=api_retry_module.if_exception_type(api_exceptions.NotFound),
+            initial=1.0,
+            maximum=10.0,
+            timeout=self.existing_job_grace_s,
+        )
+        try:
+            return not_found(self._get_job)(job_id)
+        except (api_exceptions.NotFound, api_exceptions.RetryError):
+            return None
+
+    def _get_job(self, job_id: str) -> JobStatus:
+        """``jobs.get`` by the caller's ID; raises NotFound on 404 (see :meth:`get_job`)."""
+        job = self.client.get_job(
+            self._bq_job_id(job_id),
+            project=self.project,
+            location=self.location,
+            retry=self.retry,
+            timeout=self.request_timeout_s,
+        )
         destination = getattr(job, "destination", None)
         if destination is not None and (destination.project, destination.dataset_id) != (
             self.project,
@@ -497,8 +528,13 @@ class BigQueryWarehouse(Warehouse):
         delay = self.poll_initial_s
         while True:
             status = self.get_job(job_id)
+            if status is None:  # just inserted: jobs.get may lag behind the insert
+                status = self.get_existing_job(job_id)
             if status is None:
-                raise WarehouseError(f"job {job_id} not found in {self.project}/{self.location}")
+                raise WarehouseError(
+                    f"job {job_id} not found in {self.project}/{self.location} after "
+                    f"{self.existing_job_grace_s:.0f} s of retries"
+                )
             if status.done:
                 return status
             remaining = deadline - time.monotonic()

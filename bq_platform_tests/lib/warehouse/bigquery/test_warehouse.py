@@ -366,6 +366,41 @@ def test_get_and_wait_job(warehouse: BigQueryWarehouse, session: RecordingSessio
         warehouse.wait_job("stuck", timeout_s=0.1)
 
 
+def test_a_job_that_exists_is_read_through_404s_and_a_lost_one_is_none(
+    warehouse: BigQueryWarehouse, session: RecordingSession
+) -> None:
+    """BigQuery can answer 404 to ``jobs.get`` for a job that exists, right after its insert
+    or a 409 (googleapis/python-bigquery#2134): such a lookup is retried. An ID that stays 404
+    (a job past the job history) gives None, and waiting for it fails with what happened."""
+    sim = SimulatedJobs(intercept=lambda body: False)
+    destination = {
+        "projectId": warehouse.project,
+        "datasetId": warehouse.dataset,
+        "tableId": "pageviews$19950801",
+    }
+    for name in ("late", "late_wait"):
+        body = {
+            "jobReference": {
+                "projectId": warehouse.project,
+                "jobId": f"{warehouse.dataset}_{name}",
+            },
+            "configuration": {"copy": {"destinationTable": destination}},
+        }
+        sim.add_existing(body, hidden_gets=1)
+    session.responders.insert(0, sim)
+
+    status = warehouse.get_existing_job("late")
+    assert status is not None and status.succeeded
+    assert warehouse.wait_job("late_wait", timeout_s=30).succeeded
+    gets = [c for c in session.calls if c.method == "GET" and c.path.endswith("_late_wait")]
+    assert len(gets) == 2  # the 404, then the retried lookup that finds it DONE
+
+    warehouse.existing_job_grace_s = 0.5
+    assert warehouse.get_existing_job("lost") is None
+    with pytest.raises(WarehouseError, match="lost not found .* after 0 s of retries"):
+        warehouse.wait_job("lost", timeout_s=5)
+
+
 # -- validation and the client factory -------------------------------------------------------
 
 
