@@ -296,9 +296,7 @@ class BigQueryWarehouse(Warehouse):
     def _new_table(self, spec: TableSpec) -> bigquery.Table:
         table = bigquery.Table(self.table_id(spec.name), schema=schema_fields(spec.columns))
         if spec.partition_field:
-            table.time_partitioning = bigquery.TimePartitioning(
-                type_=bigquery.TimePartitioningType.DAY, field=spec.partition_field
-            )
+            table.time_partitioning = _time_partitioning(spec)
             # Top-level field; timePartitioning.requirePartitionFilter is deprecated.
             table.require_partition_filter = spec.require_partition_filter
         if spec.clustering:
@@ -493,6 +491,13 @@ class BigQueryWarehouse(Warehouse):
             create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
             labels=dict(job.labels),
         )
+        # The destination's layout, stated as Beam, dbt and the Spark connector state it: a
+        # write into a partition of a clustered table has been refused without it
+        # (apache/beam#34571); it must equal the table's (Job#JobConfigurationLoad).
+        if job.spec.partition_field:
+            config.time_partitioning = _time_partitioning(job.spec)
+        if job.spec.clustering:
+            config.clustering_fields = list(job.spec.clustering)
         return self.client.load_table_from_uri(
             list(job.source_uris),
             destination,
@@ -760,3 +765,11 @@ class BigQueryWarehouse(Warehouse):
     def close(self) -> None:
         """Close the client's HTTP session."""
         self.client.close()
+
+
+def _time_partitioning(spec: TableSpec) -> bigquery.TimePartitioning:
+    """Daily partitioning on ``spec.partition_field`` (a DATE column), as tables are created
+    and as loads state it."""
+    return bigquery.TimePartitioning(
+        type_=bigquery.TimePartitioningType.DAY, field=spec.partition_field
+    )

@@ -218,6 +218,10 @@ def test_load_resource_sent(
         (c.name, c.type, c.mode) for c in PAGEVIEW_COLUMNS
     ]
     assert "autodetect" not in load
+    spec = stage_spec("full", hour)  # the load states the destination's layout
+    assert load["timePartitioning"] == {"type": "DAY", "field": spec.partition_field}
+    assert load["clustering"] == {"fields": list(spec.clustering)}
+    assert spec.partition_field and spec.clustering
     assert sent["configuration"]["labels"] == job_labels(
         "stage_tables", "1995080104", RUN_ID, fingerprint
     )
