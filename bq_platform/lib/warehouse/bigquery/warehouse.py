@@ -257,6 +257,7 @@ class BigQueryWarehouse(Warehouse):
                 f"dataset {ref} is in location {found.location}, but BQ_PLATFORM_BQ_LOCATION "
                 f"is {self.location}; jobs must run where the dataset is. Fix the setting."
             )
+        _refuse_dataset_expirations(ref, found)
         self._dataset_ready = True
 
     def _existing(self) -> set[str]:
@@ -773,3 +774,31 @@ def _time_partitioning(spec: TableSpec) -> bigquery.TimePartitioning:
     return bigquery.TimePartitioning(
         type_=bigquery.TimePartitioningType.DAY, field=spec.partition_field
     )
+
+
+def _refuse_dataset_expirations(ref: str, dataset: bigquery.Dataset) -> None:
+    """Raise WarehouseError if ``dataset`` gives the tables created in it an expiration.
+
+    A dataset's ``defaultTableExpirationMs`` and ``defaultPartitionExpirationMs`` apply to the
+    tables created after them (cloud.google.com/bigquery/docs/updating-datasets); the BigQuery
+    sandbox sets a 60-day default and organisation policies often set one. A published table
+    would then delete itself, or each of its partitions that many days after its date, so a
+    backfilled old day would publish 0 rows while every check passes. Published tables never
+    expire, so the run stops before it creates or writes anything."""
+    defaults = {
+        "defaultTableExpirationMs": dataset.default_table_expiration_ms,
+        "defaultPartitionExpirationMs": dataset.default_partition_expiration_ms,
+    }
+    found = {name: int(ms) for name, ms in defaults.items() if ms}
+    if found:
+        settings = ", ".join(
+            f"{name} = {ms} ms ({ms / 86_400_000:g} days)" for name, ms in found.items()
+        )
+        raise WarehouseError(
+            f"dataset {ref} sets {settings}: tables this pipeline creates there would expire, "
+            "and a backfilled day older than the partition expiration would publish 0 rows. "
+            "Clear these dataset defaults (console: the dataset's details; API: datasets.patch, "
+            "or Client.update_dataset with the fields set to None; "
+            "cloud.google.com/bigquery/docs/updating-datasets), or use a dataset without them, "
+            "then re-run. Nothing was created or written."
+        )

@@ -188,6 +188,29 @@ def test_dataset_in_another_location_is_refused(
         warehouse.ensure_table(audit_spec())
 
 
+@pytest.mark.parametrize(
+    ("field", "name"),
+    [
+        ("default_partition_expiration_ms", "defaultPartitionExpirationMs"),
+        ("default_table_expiration_ms", "defaultTableExpirationMs"),
+    ],
+)
+def test_dataset_whose_tables_would_expire_is_refused(
+    bq_emulator: BigQueryEmulator, bq_dataset: str, field: str, name: str
+) -> None:
+    """A dataset default expiration (the sandbox sets 60 days) would delete published tables
+    or their partitions: the run stops before it creates a table."""
+    dataset = bigquery.Dataset(f"{bq_emulator.project}.{bq_dataset}")
+    dataset.location = "US"
+    setattr(dataset, field, 60 * 86_400_000)
+    client = bq_emulator.client()
+    client.create_dataset(dataset)
+    warehouse = BigQueryWarehouse(client, bq_emulator.project, bq_dataset, "US")
+    with pytest.raises(WarehouseError, match=f"{name} = 5184000000 ms \\(60 days\\)"):
+        warehouse.ensure_table(audit_spec())
+    assert list(client.list_tables(f"{bq_emulator.project}.{bq_dataset}")) == []
+
+
 # -- jobs: the resources sent ----------------------------------------------------------------
 
 
