@@ -24,6 +24,10 @@ MAX_LOAD_URIS = 10_000
 MAX_COPY_SOURCES = 1_200
 MAX_CLUSTERING_COLUMNS = 4
 MAX_COLUMNS = 10_000
+#: The largest HTTP request the BigQuery API accepts, bytes: a query job's parameters travel
+#: in its jobs.insert request (cloud.google.com/bigquery/quotas, "API requests": maximum
+#: request size 10 MB).
+MAX_REQUEST_BYTES = 10 * 1000 * 1000
 
 KNOWN_TYPES = frozenset(
     {"STRING", "BYTES", "INT64", "FLOAT64", "BOOL", "TIMESTAMP", "DATETIME", "DATE", "NUMERIC"}

@@ -12,7 +12,8 @@
 - The ledger is appended by ``INSERT``, which never conflicts
   (cloud.google.com/bigquery/docs/data-manipulation-language), and read whole once per object:
   another process's record is seen by the next run (the warehouse pool and the run lock
-  serialize publishes). Audit rows are replaced by one atomic ``MERGE ... ON FALSE``. Rows are
+  serialize publishes). Audit rows are replaced by atomic ``MERGE ... ON FALSE`` statements of
+  whole hours, each request under BigQuery's 10 MB. Rows are
   read with ``tabledata.list``, which is free (cloud.google.com/bigquery/pricing, "Free
   operations"); a query bills at least 10 MB per table.
 
@@ -21,6 +22,7 @@ Every SQL value is a query parameter; identifiers come from validated configurat
 
 import collections
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -149,6 +151,7 @@ class BigQueryWarehouse(Warehouse):
         poll_initial_s, poll_max_s: first and largest wait between ``jobs.get`` polls,
             seconds (x1.5 per poll).
         existing_job_grace_s: how long :meth:`get_existing_job` retries a 404, seconds.
+        max_request_bytes: the largest DML request :meth:`replace_audit_rows` sends, bytes.
         count_all_users: :meth:`jobs_submitted` counts every principal's jobs (needs
             ``bigquery.jobs.listAll``); default this principal's.
         job_id_prefix: prepended to every job ID sent, removed from those returned.
@@ -177,6 +180,7 @@ class BigQueryWarehouse(Warehouse):
         poll_initial_s: float = 1.0,
         poll_max_s: float = 10.0,
         existing_job_grace_s: float = EXISTING_JOB_GRACE_S,
+        max_request_bytes: int = rules.MAX_REQUEST_BYTES,
         count_all_users: bool = False,
         job_id_prefix: str = "",
     ) -> None:
@@ -192,6 +196,7 @@ class BigQueryWarehouse(Warehouse):
         self.poll_initial_s = poll_initial_s
         self.poll_max_s = poll_max_s
         self.existing_job_grace_s = existing_job_grace_s
+        self.max_request_bytes = max_request_bytes
         self.count_all_users = count_all_users
         self.job_id_prefix = check_identifier(job_id_prefix, JOB_ID_PREFIX_RE, "job ID prefix")
         self.metadata_requests: collections.Counter[str] = collections.Counter()
@@ -640,9 +645,13 @@ class BigQueryWarehouse(Warehouse):
     def replace_audit_rows(
         self, hours: Sequence[dt.datetime], rows: Sequence[Mapping[str, Any]]
     ) -> None:
-        """One ``MERGE ... ON FALSE`` with the rows as an ``ARRAY<STRUCT>`` parameter (no rows:
-        one ``DELETE``). Raises ValueError if an hour is not aware UTC, or a row misses a
-        column or is of an hour not in ``hours``."""
+        """Replace the audit rows of ``hours`` by ``rows``: one ``MERGE ... ON FALSE`` per
+        group of whole hours, with the rows as an ``ARRAY<STRUCT>`` parameter (an hour group
+        without rows: a ``DELETE``). Each statement replaces its hours atomically, and its
+        request stays under :attr:`max_request_bytes` (BigQuery's 10 MB; about 650 bytes a
+        row). Raises ValueError if an hour is not aware UTC, a row misses a column or is of an
+        hour not in ``hours``, or one hour's rows alone exceed the request size (nothing is
+        sent then)."""
         spec = audit_spec()
         self.ensure_table(spec)
         hour_set = set()
@@ -652,15 +661,49 @@ class BigQueryWarehouse(Warehouse):
             hour_set.add(hour.astimezone(dt.UTC))
         if not hour_set:
             return
-        struct_values = []
+        by_hour: dict[dt.datetime, list[bigquery.StructQueryParameter]] = {
+            h: [] for h in sorted(hour_set)
+        }
         for row in rows:
             missing = [c.name for c in spec.columns if c.name not in row]
             if missing:
                 raise ValueError(f"audit row {dict(row)!r} misses columns {missing}")
-            if row["hour"].astimezone(dt.UTC) not in hour_set:
+            hour = row["hour"].astimezone(dt.UTC)
+            if hour not in hour_set:
                 raise ValueError(f"audit row for {row['hour']} is not in the replaced hours")
-            struct_values.append(_row_struct(spec.columns, row))
-        ordered_hours = sorted(hour_set)
+            by_hour[hour].append(_row_struct(spec.columns, row))
+        # A statement's request: the MERGE's text and fixed parts, then per hour its rows and
+        # its hour and date parameter values.
+        first = next(iter(by_hour))
+        base = _request_bytes(*self._audit_statement({first: by_hour[first][:1]}))
+        sizes = {
+            hour: sum(_value_bytes(s) for s in structs) + 64 for hour, structs in by_hour.items()
+        }
+        groups: list[dict[dt.datetime, list[bigquery.StructQueryParameter]]] = [{}]
+        used = base
+        for hour, structs in by_hour.items():
+            if base + sizes[hour] > self.max_request_bytes:
+                raise ValueError(
+                    f"the {len(structs)} audit rows of hour {hour:%Y-%m-%dT%H} make a "
+                    f"{base + sizes[hour]:,}-byte request, over BigQuery's "
+                    f"{self.max_request_bytes:,}; nothing was sent"
+                )
+            if groups[-1] and used + sizes[hour] > self.max_request_bytes:
+                groups.append({})
+                used = base
+            groups[-1][hour] = structs
+            used += sizes[hour]
+        for group in groups:
+            self._run_dml(*self._audit_statement(group))
+        self._cache.changed(AUDIT_TABLE)
+
+    def _audit_statement(
+        self, rows_by_hour: Mapping[dt.datetime, list[bigquery.StructQueryParameter]]
+    ) -> tuple[str, list[Any]]:
+        """The SQL and parameters that replace the audit rows of ``rows_by_hour``'s hours."""
+        spec = audit_spec()
+        struct_values = [s for structs in rows_by_hour.values() for s in structs]
+        ordered_hours = sorted(rows_by_hour)
         params: list[Any] = [
             bigquery.ArrayQueryParameter("hours", "TIMESTAMP", ordered_hours),
             bigquery.ArrayQueryParameter(
@@ -685,8 +728,7 @@ class BigQueryWarehouse(Warehouse):
                 f"DELETE FROM {table} "
                 "WHERE event_date IN UNNEST(@event_dates) AND hour IN UNNEST(@hours)"
             )
-        self._run_dml(sql, params)
-        self._cache.changed(AUDIT_TABLE)
+        return sql, params
 
     def audit_rows(self, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
         """One ``tabledata.list`` per ``event_date`` partition of the range, hours filtered here."""
@@ -802,3 +844,20 @@ def _refuse_dataset_expirations(ref: str, dataset: bigquery.Dataset) -> None:
             "cloud.google.com/bigquery/docs/updating-datasets), or use a dataset without them, "
             "then re-run. Nothing was created or written."
         )
+
+
+def _json_bytes(params: Sequence[Any]) -> int:
+    """The bytes of query parameters as the client serializes them (``to_api_repr``)."""
+    return len(json.dumps([p.to_api_repr() for p in params], default=str).encode())
+
+
+def _value_bytes(struct: bigquery.StructQueryParameter) -> int:
+    """The bytes one row adds to an ``ARRAY<STRUCT>`` parameter: its value (the type is
+    sent once per array), and a comma."""
+    return len(json.dumps(struct.to_api_repr()["parameterValue"], default=str).encode()) + 1
+
+
+def _request_bytes(sql: str, params: Sequence[Any]) -> int:
+    """The bytes a query job's SQL and parameters take in its ``jobs.insert`` request, plus
+    1 KiB for the rest of the resource (reference, labels, flags)."""
+    return len(sql.encode()) + _json_bytes(params) + 1024

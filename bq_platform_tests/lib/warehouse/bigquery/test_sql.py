@@ -8,6 +8,7 @@ Behaviour shared with DuckDB (latest wins, one schema) is the contract suite's
 """
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -101,6 +102,48 @@ def test_audit_rows_are_replaced_atomically_per_hour(warehouse: BigQueryWarehous
     assert [r["hour"] for r in warehouse.audit_rows(h4, h5 + dt.timedelta(days=1))] == [h4]
     with pytest.raises(ValueError, match="not in the replaced hours"):
         warehouse.replace_audit_rows([h4], audit_records([_audit(h5, "x", 1)], "fp", RUN_ID))
+
+
+def _merges(session: RecordingSession) -> list[int]:
+    """The request bytes (the JSON body) of each audit MERGE or DELETE query job sent."""
+    return [
+        len(json.dumps(c.body).encode())
+        for c in session.calls
+        if c.method == "POST"
+        and c.path.endswith("/jobs")
+        and c.body["configuration"]
+        .get("query", {})
+        .get("query", "")
+        .startswith(("MERGE", "DELETE"))
+    ]
+
+
+def test_audit_rows_over_the_request_size_go_in_several_statements_of_whole_hours(
+    warehouse: BigQueryWarehouse, session: RecordingSession
+) -> None:
+    """BigQuery refuses requests over 10 MB; a step's audit rows travel as a parameter, so they
+    are sent in statements of whole hours, each under the limit (scaled down here)."""
+    hours = [dt.datetime(1995, 8, 1, h, tzinfo=dt.UTC) for h in (1, 2, 3)]
+    sites = [f"site{n}.example" for n in range(30)]
+    rows = audit_records([_audit(h, s, 5) for h in hours for s in sites], "fp1", RUN_ID)
+    warehouse.replace_audit_rows(hours, rows)
+    (whole,) = _merges(session)  # by default: one statement
+    warehouse.max_request_bytes = whole // 2  # room for one hour's rows, not two
+    session.calls.clear()
+    warehouse.replace_audit_rows(
+        hours, audit_records([_audit(h, s, 6) for h in hours for s in sites], "fp2", RUN_ID)
+    )
+    sent = _merges(session)
+    assert len(sent) == 3 and all(size <= warehouse.max_request_bytes for size in sent)
+    got = warehouse.audit_rows(hours[0], hours[-1] + dt.timedelta(hours=1))
+    assert sorted((r["hour"], r["site"], r["pageviews"]) for r in got) == sorted(
+        (h, s, 6) for h in hours for s in sites
+    )
+    session.calls.clear()
+    many = audit_records([_audit(hours[0], f"s{n}.example", 7) for n in range(60)], "fp3", RUN_ID)
+    with pytest.raises(ValueError, match="audit rows of hour 1995-08-01T01 make a"):
+        warehouse.replace_audit_rows(hours[:1], many)
+    assert _merges(session) == []  # nothing sent
 
 
 class ConcurrentUpdateOnce:
