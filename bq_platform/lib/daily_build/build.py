@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bq_platform.lib.core.column_modes import with_table_modes
 from bq_platform.lib.core.layout import rollup_prefix
 from bq_platform.lib.daily_build.rollup_files import RollupFiles, RollupInputs, read_rollup_files
 from bq_platform.lib.daily_build.rollups import AGGREGATIONS, read_pages
 from bq_platform.lib.storage.base import ObjectStore
-from bq_platform.lib.warehouse.schema import ROLLUP_TABLES
+from bq_platform.lib.warehouse.schema import ROLLUP_TABLES, rollup_spec
 
 
 def parquet_keys(store: ObjectStore, prefix: str) -> list[str]:
@@ -60,7 +61,8 @@ def build_rollups(
     for table in missing:
         prefix = rollup_prefix(table, inputs.day, inputs.fingerprint)
         # One file: a day's rollup is small, and one load URI per table.
-        AGGREGATIONS[table](pages).coalesce(1).write.mode("overwrite").parquet(store.uri(prefix))
+        rows = with_table_modes(AGGREGATIONS[table](pages), rollup_spec(table).columns, table)
+        rows.coalesce(1).write.mode("overwrite").parquet(store.uri(prefix))
         keys = parquet_keys(store, prefix)
         if not keys:
             raise RuntimeError(f"Spark wrote no Parquet file under {store.uri(prefix)}")

@@ -36,11 +36,11 @@ from bq_platform.lib.core.partition_window import HourWindow
 from bq_platform.lib.core.pseudonymize import key_id
 from bq_platform.lib.hourly_build.hour_manifests import SAMPLES, hour_manifests
 from bq_platform.lib.hourly_build.outputs import (
-    HOUR_FOLDER_COLUMN,
     clear_hour_folders,
     dead_letter_rows,
     file_counts,
     pageview_arrow_schema,
+    pageview_rows,
     rejected_samples,
     slim,
     write_hour_files,
@@ -60,7 +60,6 @@ from bq_platform.lib.hourly_build.transform import (
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
-    PAGEVIEW_COLUMN_NAMES,
     transform_lines,
 )
 from bq_platform.lib.landing.deliveries import landed_hours, unreadable_landed_file, verify_landed
@@ -358,12 +357,8 @@ def _run_spark(
             )
 
             t1 = time.monotonic()
-            hour_col = F.col("hour_label").alias(HOUR_FOLDER_COLUMN)
-            page_rows = classified_pages.select(*PAGEVIEW_COLUMN_NAMES, hour_col)
-            write_hour_folders(page_rows, store.uri(full_prefix))
-            sample_rows = classified_pages.where(F.col("in_sample")).select(
-                *PAGEVIEW_COLUMN_NAMES, hour_col
-            )
+            write_hour_folders(pageview_rows(classified_pages), store.uri(full_prefix))
+            sample_rows = pageview_rows(classified_pages.where(F.col("in_sample")))
             n_sample = sum(int(r["sample_rows"]) for r in counts)
             if 0 < n_sample <= DRIVER_SAMPLE_ROWS:
                 schema = pageview_arrow_schema()

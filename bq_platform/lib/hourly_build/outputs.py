@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib.core import logformat as lf
 from bq_platform.lib.core.accounting import MAX_SAMPLE_CHARS
+from bq_platform.lib.core.column_modes import REQUIRED, with_table_modes
 from bq_platform.lib.hourly_build.traffic import ROBOTS_TXT_COLUMN, robots_txt_column
 from bq_platform.lib.hourly_build.transform import (
     CATEGORIES,
@@ -20,6 +21,7 @@ from bq_platform.lib.hourly_build.transform import (
     CATEGORY_OUT_OF_WINDOW,
     CATEGORY_PAGE,
     CATEGORY_REJECTED,
+    PAGEVIEW_COLUMN_NAMES,
     PARSED_COLUMN_NAMES,
 )
 from bq_platform.lib.storage.base import ObjectStore
@@ -78,13 +80,24 @@ def slim(classified: DataFrame) -> DataFrame:
 
 def dead_letter_rows(dead: DataFrame) -> DataFrame:
     """The dead-letter rows to write: :data:`DEADLETTER_COLUMNS` (delivery hour and date typed,
-    in UTC) plus the hour folder column."""
+    in UTC; the table's modes, :func:`~bq_platform.lib.core.column_modes.with_table_modes`)
+    plus the hour folder column."""
     delivery_hour = F.to_timestamp(F.col("hour_label"), "yyyy-MM-dd'T'HH")
-    return dead.select(
+    rows = dead.select(
         "*",
         delivery_hour.alias("delivery_hour"),
         F.to_date(delivery_hour).alias("delivery_date"),
     ).select(*DEADLETTER_COLUMNS, F.col("hour_label").alias(HOUR_FOLDER_COLUMN))
+    return with_table_modes(rows, DEADLETTER_COLUMNS_SPEC, "a dead-letter row")
+
+
+def pageview_rows(pages: DataFrame) -> DataFrame:
+    """The pageview rows to write (``full`` or ``sample``) of classified ``pages`` (with
+    ``hour_label``): :data:`PAGEVIEW_COLUMNS` with the table's modes
+    (:func:`~bq_platform.lib.core.column_modes.with_table_modes`) plus the hour folder
+    column."""
+    rows = pages.select(*PAGEVIEW_COLUMN_NAMES, F.col("hour_label").alias(HOUR_FOLDER_COLUMN))
+    return with_table_modes(rows, PAGEVIEW_COLUMNS, "a pageview row")
 
 
 def file_counts(rows: DataFrame) -> DataFrame:
@@ -138,7 +151,8 @@ def write_hour_folders(frame: DataFrame, uri: str) -> None:
 def write_hour_files(rows: pa.Table, store: ObjectStore, prefix: str, schema: pa.Schema) -> int:
     """Write ``rows`` (``schema``'s columns and :data:`HOUR_FOLDER_COLUMN`) under ``prefix``
     with pyarrow, one ``part-00000.parquet`` per hour folder; the files written. Raises
-    pyarrow.ArrowInvalid if a value does not fit ``schema``."""
+    pyarrow.ArrowInvalid if a value does not fit ``schema``, ValueError if a required field
+    of ``schema`` has a null (nothing of that hour is written)."""
     hours = rows.column(HOUR_FOLDER_COLUMN)
     labels = pc.unique(hours).to_pylist()
     for label in labels:
@@ -158,9 +172,12 @@ _ARROW_TYPES: Mapping[str, pa.DataType] = {
 
 
 def _arrow_schema(columns: Sequence[TableColumn]) -> pa.Schema:
-    """What Spark writes for ``columns`` (``TIMESTAMP`` as ``TIMESTAMP(MICROS, UTC)``, every
-    field nullable), so a load job takes a file written either way."""
-    return pa.schema([pa.field(c.name, _ARROW_TYPES[c.type]) for c in columns])
+    """What Spark writes for ``columns`` (``TIMESTAMP`` as ``TIMESTAMP(MICROS, UTC)``; a
+    ``REQUIRED`` column a required field, :mod:`bq_platform.lib.core.column_modes`), so a load
+    job takes a file written either way."""
+    return pa.schema(
+        [pa.field(c.name, _ARROW_TYPES[c.type], nullable=c.mode != REQUIRED) for c in columns]
+    )
 
 
 def pageview_arrow_schema() -> pa.Schema:

@@ -97,6 +97,11 @@ def test_build_writes_each_table_once_per_content(spark, tmp_path):
         assert all(key.startswith(prefix + "/") for key in files.files)
         table = pq.read_table([store.uri(k) for k in files.files][0])
         assert table.num_rows == files.rows
+        # the load sends the table's schema: the file carries its modes
+        modes = {c.name: c.mode for c in rollup_spec(files.table).columns}
+        assert {f.name: f.nullable for f in table.schema} == {
+            name: mode != "REQUIRED" for name, mode in modes.items()
+        }
     assert read_rollup_files(store, inputs, ROLLUP_TABLES) == built
 
     def no_session():

@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import functions as F
 
 from bq_platform.lib.core import logformat as lf
+from bq_platform.lib.core.column_modes import with_table_modes
 from bq_platform.lib.hourly_build.outputs import (
     HOUR_FOLDER_COLUMN,
     PLAIN_ENCODED_COLUMNS,
     clear_hour_folders,
+    deadletter_arrow_schema,
     hour_folder,
     pageview_arrow_schema,
     slim,
@@ -28,6 +31,7 @@ from bq_platform.lib.hourly_build.transform import (
     transform_lines,
 )
 from bq_platform.lib.storage.local import LocalObjectStore
+from bq_platform.lib.warehouse.schema import DEADLETTER_COLUMNS_SPEC, PAGEVIEW_COLUMNS
 from bq_platform_tests.lib.hourly_build.transform_reference import HOUR, KEY, SITE, frame
 from bq_platform_tests.lib.storage.counting_store import CountingStore
 
@@ -126,7 +130,17 @@ def test_driver_written_hour_files_take_the_spark_schema(tmp_path) -> None:
     schema = pageview_arrow_schema()
     ts = dt.datetime(1995, 8, 1, 4, 5, tzinfo=dt.UTC)
     row = {f.name: None for f in schema}
-    row.update(event_id="e", event_ts=ts, event_date=ts.date(), site="s", status=200)
+    row.update(
+        event_id="e",
+        event_ts=ts,
+        event_date=ts.date(),
+        site="s",
+        visitor_id="v",
+        page_path="/",
+        http_method="GET",
+        status=200,
+        traffic_class="human",
+    )
     types = {f.name: pa.large_string() if f.type == pa.string() else f.type for f in schema} | {
         "event_ts": pa.timestamp("us", tz="Etc/UTC"),
         "hour": pa.large_string(),
@@ -150,6 +164,55 @@ def test_driver_written_hour_files_take_the_spark_schema(tmp_path) -> None:
     assert first.column("event_ts").to_pylist() == [ts, ts]
     assert write_hour_files(rows.slice(0, 0), store, "q", schema) == 0
     assert list(store.list_keys("q")) == []
+    # the table's modes: a REQUIRED column is a required field, and a null in it is refused
+    assert [f.name for f in schema if not f.nullable] == [
+        c.name for c in PAGEVIEW_COLUMNS if c.mode == "REQUIRED"
+    ]
+    nulls = rows.set_column(
+        rows.schema.get_field_index("page_path"), "page_path", pa.nulls(3, pa.large_string())
+    )
+    with pytest.raises(ValueError, match="page_path"):
+        write_hour_files(nulls, store, "r", schema)
+    assert list(store.list_keys("r")) == []
+
+
+def test_spark_writes_required_columns_as_required_fields_and_refuses_a_null(
+    spark, tmp_path: Path
+) -> None:
+    """Spark marks a column not nullable only where it can prove it; the rows written carry
+    the table's modes, and a null in a REQUIRED column fails the write, naming it."""
+    ts = dt.datetime(1995, 8, 1, 4, 5, tzinfo=dt.UTC)
+    values = {
+        "site": "epa.gov",
+        "delivery_hour": ts.replace(minute=0),
+        "delivery_date": ts.date(),
+        "data_key": "k",
+        "line_no": 1,
+        "reason": "unparseable",
+        "raw": None,
+        HOUR_FOLDER_COLUMN: "1995-08-01T04",
+    }
+    frame = spark.createDataFrame([values], schema=_spark_schema(values))
+    rows = with_table_modes(frame, DEADLETTER_COLUMNS_SPEC, "a dead-letter row")
+    write_hour_folders(rows, str(tmp_path / "ok"))
+    (written,) = (tmp_path / "ok").rglob("*.parquet")
+    schema = pq.read_schema(written)
+    assert schema.equals(deadletter_arrow_schema())
+    assert {f.name for f in schema if not f.nullable} == {
+        c.name for c in DEADLETTER_COLUMNS_SPEC if c.mode == "REQUIRED"
+    }
+    bad = spark.createDataFrame([{**values, "data_key": None}], schema=_spark_schema(values))
+    with pytest.raises(Exception, match="a dead-letter row has a null data_key"):
+        write_hour_folders(
+            with_table_modes(bad, DEADLETTER_COLUMNS_SPEC, "a dead-letter row"),
+            str(tmp_path / "bad"),
+        )
+
+
+def _spark_schema(values: dict) -> str:
+    """A DDL schema for ``values``, every column nullable (as Spark reads or computes it)."""
+    types = {str: "string", int: "bigint", dt.datetime: "timestamp", dt.date: "date"}
+    return ", ".join(f"{k} {types.get(type(v), 'string')}" for k, v in values.items())
 
 
 def test_clearing_deletes_only_hour_folders_that_hold_something(tmp_path) -> None:
