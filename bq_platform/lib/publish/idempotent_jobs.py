@@ -35,6 +35,7 @@ from bq_platform.lib.publish.job_decisions import (
     generation_of,
 )
 from bq_platform.lib.publish.quota import JobBudget
+from bq_platform.lib.publish.table_update_rate import TableUpdatePacer
 from bq_platform.lib.warehouse.base import (
     Job,
     JobConflictError,
@@ -212,7 +213,9 @@ def run_idempotent_jobs(
     """:func:`run_idempotent_job` for many jobs: every job is submitted before any is waited for.
 
     BigQuery runs jobs asynchronously (cloud.google.com/bigquery/docs/managing-jobs): the first
-    phase submits (or adopts) every job, the second waits for each in order and retries
+    phase submits (or adopts) every job, paced per destination table where the warehouse
+    says so (:mod:`~bq_platform.lib.publish.table_update_rate`), the second waits for each
+    in order and retries
     transient failures. The publish records are appended in one INSERT at the end (a re-run
     records jobs a killed process left unrecorded). Returns one outcome per request, in order.
 
@@ -225,8 +228,9 @@ def run_idempotent_jobs(
     started: list[tuple[Generator[str, JobStatus, _Done], str | _Done]] = []
     first_error: BaseException | None = None
     reads = _BatchReads.read(warehouse, requests, budget)
+    pacer = TableUpdatePacer(sleep=sleep) if warehouse.paces_table_updates else None
     for request in requests:
-        machine = _job_machine(warehouse, request, budget, log, sleep, reads)
+        machine = _job_machine(warehouse, request, budget, log, sleep, reads, pacer)
         try:
             started.append((machine, next(machine)))
         except StopIteration as stop:
@@ -280,6 +284,7 @@ def _job_machine(
     log: logging.Logger,
     sleep: Callable[[float], None],
     reads: _BatchReads | None = None,
+    pacer: TableUpdatePacer | None = None,
 ) -> Generator[str, JobStatus, _Done]:
     """The state machine of one job (module docstring): yields a job ID to wait for, is sent
     its final status, and returns the :class:`_Done` with the record to write."""
@@ -307,6 +312,10 @@ def _job_machine(
                 reads.check_budget(warehouse, budget, job.destination)
             elif budget is not None:
                 budget.check(warehouse, job.destination)
+            if pacer is not None:
+                waited = pacer.wait(split_destination(job.destination)[0])
+                if waited:
+                    _progress.debug("paced job %s by %.1f s (table updates)", job.job_id, waited)
             try:
                 status = warehouse.submit_job(job)
                 action = "submitted"

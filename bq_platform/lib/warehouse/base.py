@@ -261,6 +261,11 @@ class Warehouse(abc.ABC):
     def get_job(self, job_id: str) -> JobStatus | None:
         """Look a job up by ID; None if no such job exists."""
 
+    #: Whether a step paces its jobs into one table to the backend's table-update rate
+    #: (:mod:`bq_platform.lib.publish.table_update_rate`); BigQuery's is a quota, a local
+    #: backend has none.
+    paces_table_updates: bool = False
+
     def get_existing_job(self, job_id: str) -> JobStatus | None:
         """:meth:`get_job` for a job that should exist: the ID was just inserted, or its insert
         answered 409. None means it is still not found: its ID is held by a job the backend

@@ -28,6 +28,11 @@ MAX_COLUMNS = 10_000
 #: in its jobs.insert request (cloud.google.com/bigquery/quotas, "API requests": maximum
 #: request size 10 MB).
 MAX_REQUEST_BYTES = 10 * 1000 * 1000
+#: Table metadata updates (load, copy and query jobs that write the table or a partition of it)
+#: BigQuery allows per table within :data:`TABLE_UPDATE_WINDOW_S` seconds
+#: (cloud.google.com/bigquery/quotas#standard_tables).
+TABLE_UPDATES_PER_WINDOW = 5
+TABLE_UPDATE_WINDOW_S = 10.0
 
 KNOWN_TYPES = frozenset(
     {"STRING", "BYTES", "INT64", "FLOAT64", "BOOL", "TIMESTAMP", "DATETIME", "DATE", "NUMERIC"}

@@ -205,3 +205,20 @@ def test_jobs_done_but_not_recorded_are_recorded_by_the_rerun_without_new_jobs()
     assert [(o.job_id, o.action) for o in outcomes] == [(jid(d), "skipped") for d in DAYS]
     assert wh.names("_insert_job") == ["_insert_job"] * 3  # nothing submitted again
     assert recorded(wh) == {d: jid(d) for d in DAYS}
+
+
+def test_a_batch_into_one_table_keeps_bigquery_s_table_update_rate() -> None:
+    """BigQuery allows 5 updates of a table every 10 s: a week of days copied into pageviews
+    waits before its 6th and 7th copy; a backend without that quota does not wait."""
+    week = [f"199508{d:02d}" for d in range(1, 8)]
+    wh = FakeWarehouse()
+    wh.paces_table_updates = True
+    sleeps: list[float] = []
+    outcomes = run_idempotent_jobs(wh, [request(d) for d in week], sleep=sleeps.append)
+    assert [o.action for o in outcomes] == ["submitted"] * 7
+    assert sleeps == [pytest.approx(10.0, abs=1.0)] * 2
+
+    local = FakeWarehouse()
+    sleeps.clear()
+    run_idempotent_jobs(local, [request(d) for d in week], sleep=sleeps.append)
+    assert sleeps == []

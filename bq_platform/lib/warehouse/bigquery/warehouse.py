@@ -413,6 +413,8 @@ class BigQueryWarehouse(Warehouse):
         except api_exceptions.NotFound:
             return None
 
+    paces_table_updates = True  # 5 updates per table per 10 s (rules.TABLE_UPDATES_PER_WINDOW)
+
     def get_existing_job(self, job_id: str) -> JobStatus | None:
         """``jobs.get`` of a job just inserted or whose insert answered 409: a 404 is retried
         (backoff from 1 s to 10 s) for up to :attr:`existing_job_grace_s` seconds, then None.
