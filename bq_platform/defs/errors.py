@@ -6,8 +6,9 @@ Dagster applies it to every exception except a ``dg.Failure`` with ``allow_retri
 :func:`fail_fast` turns each non-retryable error into one such failure with the original
 message: :data:`NON_RETRYABLE_ERRORS`, a dead Spark driver (:func:`dead_spark_driver`), and
 any ``dg.Failure`` the asset raises itself (our code raises it only for conditions a retry
-cannot change; use ``dg.RetryRequested`` for one that can pass by itself). Everything else
-keeps the asset's retry policy.
+cannot change; use ``dg.RetryRequested`` for one that can pass by itself). A spent BigQuery
+quota (``QuotaExceededError``) asks for a retry after BigQuery's advised wait
+(:func:`quota_retry`). Everything else keeps the asset's retry policy.
 
 A signal interrupts a step as ``KeyboardInterrupt`` or ``dg.DagsterExecutionInterruptedError``
 (Dagster's handler during a run turns SIGINT and SIGTERM into the latter), which Dagster
@@ -17,6 +18,7 @@ fails before it starts.
 """
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
@@ -26,7 +28,8 @@ from py4j.protocol import Py4JNetworkError
 
 from bq_platform.lib.core.manifest import LandingError, ManifestError
 from bq_platform.lib.publish.quota import QuotaBudgetExceededError
-from bq_platform.lib.warehouse.base import SchemaMismatchError
+from bq_platform.lib.warehouse.base import QuotaExceededError, SchemaMismatchError
+from bq_platform.lib.warehouse.rules import QUOTA_EXCEEDED_RETRIES, QUOTA_EXCEEDED_WAIT_S
 
 #: Errors a retry cannot fix: the input, the table or the day's job budget must change first.
 NON_RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
@@ -43,6 +46,7 @@ INTERRUPTS: tuple[type[BaseException], ...] = (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+_LOG = logging.getLogger(__name__)
 
 
 def non_retryable(exc: BaseException) -> dg.Failure | None:
@@ -68,6 +72,28 @@ def non_retryable(exc: BaseException) -> dg.Failure | None:
             allow_retries=False,
         )
     return None
+
+
+def quota_retry(exc: QuotaExceededError, retry_number: int) -> dg.RetryRequested | dg.Failure:
+    """For a step that met a spent BigQuery quota on its try ``retry_number`` (0 first): run
+    it again after BigQuery's advised wait (10 minutes,
+    :data:`~bq_platform.lib.warehouse.rules.QUOTA_EXCEEDED_WAIT_S`), up to
+    :data:`~bq_platform.lib.warehouse.rules.QUOTA_EXCEEDED_RETRIES` times; after them, a
+    failure with ``exc``'s message. A re-run adopts or skips the jobs that did finish."""
+    if retry_number >= QUOTA_EXCEEDED_RETRIES:
+        return dg.Failure(
+            description=(
+                f"QuotaExceededError: {exc} (still so after {retry_number} retries "
+                f"{QUOTA_EXCEEDED_WAIT_S} s apart): see the project's BigQuery quotas, then "
+                "re-run"
+            ),
+            metadata={"error": "QuotaExceededError"},
+            allow_retries=False,
+        )
+    _LOG.warning("%s; running the step again in %d s", exc, QUOTA_EXCEEDED_WAIT_S)
+    return dg.RetryRequested(
+        max_retries=QUOTA_EXCEEDED_RETRIES, seconds_to_wait=QUOTA_EXCEEDED_WAIT_S
+    )
 
 
 def dead_spark_driver(exc: BaseException) -> bool:
@@ -121,6 +147,8 @@ def fail_fast(fn: F) -> F:
                 )
             try:
                 return fn(*args, **kwargs)
+            except QuotaExceededError as exc:
+                raise quota_retry(exc, 0 if context is None else context.retry_number) from exc
             except Exception as exc:
                 # Clean-up code (a ``finally``) can replace an interrupt with its own error.
                 interrupt = next((e for e in _chain(exc) if isinstance(e, INTERRUPTS)), None)

@@ -7,10 +7,11 @@ import pytest
 from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
 from py4j.java_gateway import GatewayParameters, JavaGateway
 
-from bq_platform.defs.errors import fail_fast, non_retryable
+from bq_platform.defs import errors as errors_module
+from bq_platform.defs.errors import fail_fast, non_retryable, quota_retry
 from bq_platform.lib.core.manifest import LandingError, ManifestError
 from bq_platform.lib.publish.quota import QuotaBudgetExceededError
-from bq_platform.lib.warehouse.base import SchemaMismatchError
+from bq_platform.lib.warehouse.base import QuotaExceededError, SchemaMismatchError
 
 RETRY = dg.RetryPolicy(max_retries=2, delay=0)
 
@@ -171,3 +172,20 @@ def test_an_interrupted_step_is_not_retried_and_its_run_ends_canceled(body):
     failures = {e.step_key: e for e in result.all_events if e.is_step_failure}
     assert set(failures) == {"a_interrupted", "b_later"}
     assert "interrupted" in failures["a_interrupted"].step_failure_data.error.message
+
+
+def test_a_spent_bigquery_quota_runs_the_step_again_after_the_advised_wait(monkeypatch):
+    """BigQuery says to retry ``quotaExceeded`` after 10 minutes or more: the step asks Dagster
+    for a retry after that wait, a bounded number of times, then fails."""
+    error = QuotaExceededError("job j -> pageviews$19950801 failed with quotaExceeded")
+    retry = quota_retry(error, 0)
+    assert isinstance(retry, dg.RetryRequested)
+    assert (retry.max_retries, retry.seconds_to_wait) == (2, 600)
+    monkeypatch.setattr(errors_module, "QUOTA_EXCEEDED_WAIT_S", 0)  # our constant, not Dagster
+
+    attempts, result = attempts_of(error)
+
+    assert attempts == 3  # the first run and QUOTA_EXCEEDED_RETRIES more
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.message
+    assert "failed with quotaExceeded (still so after 2 retries 0 s apart)" in message

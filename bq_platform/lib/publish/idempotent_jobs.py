@@ -14,7 +14,9 @@ and look it up (:func:`~bq_platform.lib.publish.job_decisions.decide`):
 
 A job *we* submitted that fails with a reason of :data:`RETRYABLE_JOB_REASONS` is retried as
 the next generation after a backoff with full jitter (cloud.google.com/bigquery/docs/
-error-messages); any other failure, ``quotaExceeded`` included, raises :class:`JobFailedError`.
+error-messages); ``quotaExceeded`` raises :class:`~bq_platform.lib.warehouse.base.
+QuotaExceededError` (the step is run again later); any other failure raises
+:class:`JobFailedError`.
 """
 
 import dataclasses
@@ -42,6 +44,7 @@ from bq_platform.lib.warehouse.base import (
     JobFailedError,
     JobStatus,
     PublishRecord,
+    QuotaExceededError,
     Warehouse,
 )
 from bq_platform.lib.warehouse.rules import split_destination
@@ -52,6 +55,8 @@ from bq_platform.lib.warehouse.rules import split_destination
 RETRYABLE_JOB_REASONS = frozenset(
     {"backendError", "internalError", "rateLimitExceeded", *job_retry_reasons}
 )
+#: The job error reason of a spent quota (:class:`QuotaExceededError`: retried by the step).
+QUOTA_EXCEEDED = "quotaExceeded"
 #: Transient failures of one job retried before the step fails.
 MAX_JOB_RETRIES = 3
 #: Backoff before the n-th retry: uniform in [0, min(BASE * 2**n, CAP)] seconds (full jitter).
@@ -360,6 +365,12 @@ def _job_machine(
                 )
                 sleep(delay)
                 continue
+            if status.error_reason == QUOTA_EXCEEDED:
+                raise QuotaExceededError(
+                    f"job {job.job_id} -> {job.destination} failed with quotaExceeded: "
+                    f"{status.error_message}. The destination is unchanged; the step is run "
+                    "again once the quota has had time to replenish."
+                )
             raise JobFailedError(
                 f"job {job.job_id} -> {job.destination} failed: {status.error_reason}: "
                 f"{status.error_message}. The destination is unchanged; fix the cause and "

@@ -79,6 +79,13 @@ class JobFailedError(WarehouseError):
         self.status = status
 
 
+class QuotaExceededError(WarehouseError):
+    """BigQuery refused a job, or failed it, with ``quotaExceeded``: a quota that BigQuery
+    replenishes over time, not a fault of the job. The job's destination is unchanged; the
+    step is worth running again after :data:`~bq_platform.lib.warehouse.rules.
+    QUOTA_EXCEEDED_WAIT_S` (``bq_platform.defs.errors`` asks Dagster for exactly that)."""
+
+
 class SchemaMismatchError(WarehouseError):
     """An existing table's schema or layout differs from its spec in a non-additive way."""
 

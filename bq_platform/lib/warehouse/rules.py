@@ -32,6 +32,12 @@ MAX_REQUEST_BYTES = 10 * 1000 * 1000
 #: BigQuery allows per table within :data:`TABLE_UPDATE_WINDOW_S` seconds
 #: (cloud.google.com/bigquery/quotas#standard_tables).
 TABLE_UPDATES_PER_WINDOW = 5
+#: How long to wait before retrying work that met ``quotaExceeded``, seconds: BigQuery's
+#: error-messages page says to retry after 10 minutes or more
+#: (cloud.google.com/bigquery/docs/error-messages, quotaExceeded).
+QUOTA_EXCEEDED_WAIT_S = 600
+#: How many times a step that met ``quotaExceeded`` is run again before it fails.
+QUOTA_EXCEEDED_RETRIES = 2
 TABLE_UPDATE_WINDOW_S = 10.0
 
 KNOWN_TYPES = frozenset(

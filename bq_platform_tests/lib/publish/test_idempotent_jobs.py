@@ -12,7 +12,7 @@ from bq_platform.lib.publish import idempotent_jobs as jobs
 from bq_platform.lib.publish.idempotent_jobs import MAX_JOB_RETRIES, JobOutcome
 from bq_platform.lib.publish.job_decisions import MAX_GENERATIONS, decide, first_decision
 from bq_platform.lib.publish.quota import JobBudget, QuotaBudgetExceededError
-from bq_platform.lib.warehouse.base import JobFailedError, JobStatus
+from bq_platform.lib.warehouse.base import JobFailedError, JobStatus, QuotaExceededError
 from bq_platform.lib.warehouse.schema import pageviews_spec
 from bq_platform_tests.lib.fake_warehouse import (
     DAY_PARTITION,
@@ -272,12 +272,14 @@ def test_transient_job_failures_are_bounded(monkeypatch: pytest.MonkeyPatch) -> 
     assert wh.ledger == []
 
 
-def test_quota_exceeded_is_not_retried() -> None:
+def test_quota_exceeded_is_not_retried_in_the_step() -> None:
+    """A spent quota is no fault of the job: the step ends with QuotaExceededError (Dagster
+    runs it again after BigQuery's advised wait, ``defs/errors.py``), not a new generation."""
     wh = FakeWarehouse()
     wh.submit_results[cid(FP_A, 0)] = failed(cid(FP_A, 0), "quotaExceeded")
     sleeps: list[float] = []
 
-    with pytest.raises(JobFailedError, match="quotaExceeded"):
+    with pytest.raises(QuotaExceededError, match="quotaExceeded"):
         run(wh, FP_A, sleeps=sleeps)
 
     assert wh.names("_insert_job") == ["_insert_job"]

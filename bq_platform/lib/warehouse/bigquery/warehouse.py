@@ -40,6 +40,7 @@ from bq_platform.lib.warehouse.base import (
     JobConflictError,
     JobStatus,
     LoadJob,
+    QuotaExceededError,
     TableExistsError,
     TableInfo,
     Warehouse,
@@ -477,6 +478,10 @@ class BigQueryWarehouse(Warehouse):
         except api_exceptions.GoogleAPIError as exc:
             reasons = getattr(exc, "errors", None) or [{}]
             reason = reasons[0].get("reason") if isinstance(reasons[0], dict) else None
+            if reason == "quotaExceeded":
+                raise QuotaExceededError(
+                    f"BigQuery refused job {job.job_id} -> {destination}: quotaExceeded: {exc}"
+                ) from exc
             raise WarehouseError(
                 f"BigQuery refused job {job.job_id} -> {destination}: {reason or 'error'}: {exc}"
             ) from exc

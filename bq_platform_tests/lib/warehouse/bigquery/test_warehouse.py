@@ -32,7 +32,7 @@ from bq_platform.lib.core.job_ids import job_id, job_labels, sha256_json
 from bq_platform.lib.publish.idempotent_jobs import JobOutcome, run_idempotent_job
 from bq_platform.lib.publish.quota import JobBudget, QuotaBudgetExceededError
 from bq_platform.lib.storage.gcs import GCSObjectStore
-from bq_platform.lib.warehouse.base import CopyJob, LoadJob, WarehouseError
+from bq_platform.lib.warehouse.base import CopyJob, LoadJob, QuotaExceededError, WarehouseError
 from bq_platform.lib.warehouse.bigquery.client import bigquery_client
 from bq_platform.lib.warehouse.bigquery.warehouse import BigQueryWarehouse
 from bq_platform.lib.warehouse.rules import RuleViolation
@@ -45,7 +45,12 @@ from bq_platform.lib.warehouse.schema import (
 )
 from bq_platform_tests.bigquery_shim import BigQueryShim
 from bq_platform_tests.emulators import BigQueryEmulator, GCSEmulator, unique_name
-from bq_platform_tests.http_recording import RecordingSession, SimulatedJobs
+from bq_platform_tests.http_recording import (
+    HttpCall,
+    RecordingSession,
+    SimulatedJobs,
+    json_response,
+)
 from bq_platform_tests.lib.warehouse.contract_backends import RUN_ID, load_factory, pageview_parquet
 
 __all__ = ["pageview_parquet"]  # test_gcp_real.py imports it from here
@@ -426,6 +431,26 @@ def test_a_job_that_exists_is_read_through_404s_and_a_lost_one_is_none(
     assert warehouse.get_existing_job("lost") is None
     with pytest.raises(WarehouseError, match="lost not found .* after 0 s of retries"):
         warehouse.wait_job("lost", timeout_s=5)
+
+
+def test_a_job_refused_for_a_spent_quota_says_so(
+    warehouse: BigQueryWarehouse, session: RecordingSession, store: GCSObjectStore
+) -> None:
+    """``jobs.insert`` answering 403 ``quotaExceeded`` (not retried by the client) is a
+    QuotaExceededError, which the step turns into a retry after BigQuery's advised wait."""
+
+    def spent(call: HttpCall) -> requests.Response | None:
+        if call.method == "POST" and call.path.endswith("/jobs"):
+            error = {"reason": "quotaExceeded", "message": "Quota exceeded: too many jobs"}
+            return json_response(
+                403, {"error": {"code": 403, "message": error["message"], "errors": [error]}}
+            )
+        return None
+
+    session.responders.insert(0, spent)
+    with pytest.raises(QuotaExceededError, match="quotaExceeded"):
+        run_load(warehouse, store, HOURS[0], 3, sha256_json(["spent quota"]))
+    assert len(session.job_inserts()) == 1  # not retried by the client
 
 
 # -- validation and the client factory -------------------------------------------------------
