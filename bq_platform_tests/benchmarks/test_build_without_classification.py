@@ -1,6 +1,6 @@
 """The bench's build without the traffic classification (``build_hours(classify=False)``, run by
 benchmarks/build_only.py): the same pages and columns as the classified build, with the traffic
-columns null and no user agent parsed."""
+columns unset (``traffic_class`` a marker no check counts) and no user agent parsed."""
 
 import datetime as dt
 import gzip
@@ -59,7 +59,7 @@ def test_the_build_without_classification_differs_only_in_the_traffic_columns(
         assert {k: v for k, v in without.items() if k not in TRAFFIC} == {
             k: v for k, v in with_.items() if k not in TRAFFIC
         }
-        assert [without[k] for k in TRAFFIC] == [None] * len(TRAFFIC)
+        assert [without[k] for k in TRAFFIC] == [traffic.UNCLASSIFIED] + [None] * (len(TRAFFIC) - 1)
     # what the identity check would then refuse: pages without a class
     assert [(c.pageviews, c.human_pageviews + c.bot_pageviews) for c in bare_counts] == [
         (c.pageviews, 0) for c in counts

@@ -48,6 +48,10 @@ USER_AGENT_SCHEMA = StructType(
         StructField("device_family", StringType(), True),
     ]
 )
+#: ``traffic_class`` of the pages of a build without the classification (the benchmark's
+#: ``classify=False``): no class of :mod:`bq_platform.lib.traffic.classes`, so no check
+#: counts such a page as human or bot.
+UNCLASSIFIED = "unclassified"
 #: Column set on the lines :func:`visitor_activity` reads beside the pages: fetches of
 #: ``/robots.txt`` (any method and status, in the hour's window).
 ROBOTS_TXT_COLUMN = "robots_txt"
@@ -125,11 +129,12 @@ def classify_pages(
         pages: the pass's pages, with ``unit_no``, ``client``, ``category``, ``user_agent``
             and ``user_agent_field``.
         thresholds: which heuristics run.
-        classify: False skips the whole traffic step (no job, no joins) and leaves the five
-            columns null. It exists only so that the benchmark (``benchmarks/benchmark.py``)
-            can measure what the classification costs: rows built so have no class and break
-            the ``pageviews = human + bot`` identity, so it must never be used for data that
-            is published.
+        classify: False skips the whole traffic step (no job, no joins): ``traffic_class``
+            is :data:`UNCLASSIFIED` (the column is REQUIRED in the files) and the other four
+            columns are null. It exists only so that the benchmark
+            (``benchmarks/benchmark.py``) can measure what the classification costs: rows
+            built so have no class and break the ``pageviews = human + bot`` identity, so it
+            must never be used for data that is published.
 
     Returns:
         ``pages``' columns, then ``traffic_class``, ``bot_reason``, ``browser_family``,
@@ -142,7 +147,12 @@ def classify_pages(
         unset = F.lit(None).cast("string")
         return pages.select(
             *pages.columns,
-            *[unset.alias(column.name) for column in TRAFFIC_COLUMNS],
+            *[
+                (F.lit(UNCLASSIFIED) if column.name == "traffic_class" else unset).alias(
+                    column.name
+                )
+                for column in TRAFFIC_COLUMNS
+            ],
         )
     spark = pages.sparkSession
     agents = [r[0] for r in pages.select("user_agent").distinct().collect()]
