@@ -19,8 +19,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bq_platform.lib.warehouse.schema import Column as TableColumn
+from bq_platform.lib.warehouse.schema import normalize_mode
 
-REQUIRED = "REQUIRED"
+
+def is_required(column: TableColumn) -> bool:
+    """True if ``column``'s mode is ``REQUIRED`` (as :func:`normalize_mode` reads it)."""
+    return normalize_mode(column.mode) == "REQUIRED"
+
 
 #: A constant of each BigQuery type, only to type the never-taken branch of
 #: :func:`required_column`.
@@ -67,7 +72,7 @@ def with_table_modes(frame: DataFrame, columns: Sequence[TableColumn], what: str
     rest = [name for name in frame.columns if name not in names]
     return frame.select(
         *[
-            required_column(c.name, c.type, what) if c.mode == REQUIRED else F.col(c.name)
+            required_column(c.name, c.type, what) if is_required(c) else F.col(c.name)
             for c in columns
         ],
         *rest,

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from bq_platform.lib.core import logformat as lf
 from bq_platform.lib.core.accounting import MAX_SAMPLE_CHARS
-from bq_platform.lib.core.column_modes import REQUIRED, with_table_modes
+from bq_platform.lib.core.column_modes import is_required, with_table_modes
 from bq_platform.lib.hourly_build.traffic import ROBOTS_TXT_COLUMN, robots_txt_column
 from bq_platform.lib.hourly_build.transform import (
     CATEGORIES,
@@ -176,7 +176,7 @@ def _arrow_schema(columns: Sequence[TableColumn]) -> pa.Schema:
     ``REQUIRED`` column a required field, :mod:`bq_platform.lib.core.column_modes`), so a load
     job takes a file written either way."""
     return pa.schema(
-        [pa.field(c.name, _ARROW_TYPES[c.type], nullable=c.mode != REQUIRED) for c in columns]
+        [pa.field(c.name, _ARROW_TYPES[c.type], nullable=not is_required(c)) for c in columns]
     )
 
 

@@ -47,7 +47,7 @@ from bq_platform.lib.warehouse.base import (
     QuotaExceededError,
     Warehouse,
 )
-from bq_platform.lib.warehouse.rules import split_destination
+from bq_platform.lib.warehouse.rules import QUOTA_EXCEEDED, split_destination
 
 #: Job error reasons worth a new generation after a backoff: the error-messages page's
 #: transient reasons, and the job reasons google-cloud-bigquery's ``DEFAULT_JOB_RETRY``
@@ -55,8 +55,6 @@ from bq_platform.lib.warehouse.rules import split_destination
 RETRYABLE_JOB_REASONS = frozenset(
     {"backendError", "internalError", "rateLimitExceeded", *job_retry_reasons}
 )
-#: The job error reason of a spent quota (:class:`QuotaExceededError`: retried by the step).
-QUOTA_EXCEEDED = "quotaExceeded"
 #: Transient failures of one job retried before the step fails.
 MAX_JOB_RETRIES = 3
 #: Backoff before the n-th retry: uniform in [0, min(BASE * 2**n, CAP)] seconds (full jitter).

@@ -32,6 +32,8 @@ MAX_REQUEST_BYTES = 10 * 1000 * 1000
 #: BigQuery allows per table within :data:`TABLE_UPDATE_WINDOW_S` seconds
 #: (cloud.google.com/bigquery/quotas#standard_tables).
 TABLE_UPDATES_PER_WINDOW = 5
+#: BigQuery's error reason for a spent quota (cloud.google.com/bigquery/docs/error-messages).
+QUOTA_EXCEEDED = "quotaExceeded"
 #: How long to wait before retrying work that met ``quotaExceeded``, seconds: BigQuery's
 #: error-messages page says to retry after 10 minutes or more
 #: (cloud.google.com/bigquery/docs/error-messages, quotaExceeded).

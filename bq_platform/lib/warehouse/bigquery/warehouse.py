@@ -478,7 +478,7 @@ class BigQueryWarehouse(Warehouse):
         except api_exceptions.GoogleAPIError as exc:
             reasons = getattr(exc, "errors", None) or [{}]
             reason = reasons[0].get("reason") if isinstance(reasons[0], dict) else None
-            if reason == "quotaExceeded":
+            if reason == rules.QUOTA_EXCEEDED:
                 raise QuotaExceededError(
                     f"BigQuery refused job {job.job_id} -> {destination}: quotaExceeded: {exc}"
                 ) from exc
